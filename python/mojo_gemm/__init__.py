@@ -1,0 +1,1 @@
+"""mojo-gemm: fast Mojo matmul kernels as MAX graph custom ops."""

@@ -1,0 +1,1 @@
+"""Host-side (numpy) quantizers and packers."""
