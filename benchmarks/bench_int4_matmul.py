@@ -1,0 +1,266 @@
+"""W4A16 benchmark: our `multistage_gemm_q` vs cuBLAS bf16, torch int4 and MAX's own GPTQ kernel.
+
+    python benchmarks/bench_int4_matmul.py              # GPU when present, else the CPU table
+    python benchmarks/bench_int4_matmul.py --device cpu # CPU GFLOP/s (N = K = 4096, g = 128)
+
+Method (harness.py): our op and MAX's kernel run as MAX graphs applying the op R times to R
+distinct activations, rotating weight copies so L2 does not serve them (median of
+(execute + synchronize) / R); torch contenders use do_bench with L2 flushed, in a subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+LAYERS = {  # (N, K) of the Llama-3 8B and 70B linear layers
+    "8B.qkv": (6144, 4096), "8B.o": (4096, 4096), "8B.gate_up": (28672, 4096),
+    "8B.down": (4096, 14336), "70B.qkv": (10240, 8192), "70B.o": (8192, 8192),
+    "70B.gate_up": (57344, 8192), "70B.down": (8192, 28672),
+}
+M_VALUES = (1, 16, 64, 128, 256, 1024, 4096)
+GROUP = 128
+R = 16  # op copies per timed graph (distinct activations, rotated weights)
+
+
+def weight_bytes(n: int, k: int) -> int:
+    """Bytes of the packed int4 weight and its bf16 scales."""
+    return n * k // 2 + 2 * n * (k // GROUP)
+
+
+# ---------------------------------------------------------------- torch contenders (subprocess)
+def torch_part(out_path: str) -> None:
+    """cuBLAS bf16 and torch._weight_int4pack_mm per layer and M; writes JSON to out_path."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    dev = torch.device("cuda")
+    rows = []
+    for name, (n, k) in LAYERS.items():
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        codes = torch.randint(0, 16, (n, k), dtype=torch.int32, device=dev)
+        packed = (codes[:, ::2] << 4 | codes[:, 1::2]).to(torch.uint8)
+        try:
+            wq = torch._convert_weight_to_int4pack(packed, 8)
+            sz = torch.randn(k // GROUP, n, 2, device=dev, dtype=torch.bfloat16)
+        except RuntimeError:
+            wq = None
+        for m in M_VALUES:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            row = {"layer": name, "M": m,
+                   "cublas_us": harness.torch_do_bench(lambda x=x, w=w: x @ w.t()) * 1e6}
+            if wq is not None:
+                row["int4pack_us"] = harness.torch_do_bench(
+                    lambda x=x, wq=wq, sz=sz: torch._weight_int4pack_mm(x, wq, GROUP, sz)) * 1e6
+            rows.append(row)
+            print("torch", row, flush=True)
+        del w, wq
+        torch.cuda.empty_cache()
+    Path(out_path).write_text(json.dumps(rows))
+
+
+# ---------------------------------------------------------------- our op and MAX's, as graphs
+def ours_graph(device: Any, dtype: Any, copies: int) -> Any:
+    """One graph for every layer and M: `copies` ops on distinct x and rotated weights.
+
+    Calls the op directly with symbolic N, K (the benchmark layers have N % 64 == 0 and
+    K % 128 == 0, so no padding is needed) so one compiled graph serves all shapes.
+    """
+    from max.dtype import DType
+    from max.graph import Graph, TensorType, ops
+
+    from mojo_gemm import kernels_path
+
+    types = [TensorType(dtype, ["m", "kp"], device) for _ in range(copies)]
+    types += [TensorType(DType.uint32, ["nb", "kw"], device) for _ in range(copies)]
+    types += [TensorType(dtype, ["g", "np"], device) for _ in range(copies)]
+    with Graph("int4_bench", input_types=types, custom_extensions=[kernels_path()]) as g:
+        vals = [v.tensor for v in g.inputs]
+        xs, qs, ss = vals[:copies], vals[copies:2 * copies], vals[2 * copies:]
+        zero = ops.constant(0, dtype, device=device)
+        outs = []
+        for x, q, s in zip(xs, qs, ss, strict=True):
+            outs.append(ops.custom(
+                "multistage_gemm_q", device,
+                [x, q, s, zero.broadcast_to([1, 1]), zero.broadcast_to([1])],
+                [TensorType(dtype, [x.shape[0], s.shape[1]], device)],
+                parameters={"group_size": GROUP, "has_zeros": False, "has_bias": False},
+            )[0].tensor)
+        g.output(*outs)
+    return g
+
+
+def run_ours(rows: dict[tuple[str, int], dict[str, Any]], device_kind: str,
+             layers: dict[str, tuple[int, int]], m_values: tuple[int, ...]) -> None:
+    """Times our op for every layer and M into `rows`; checks one M per layer vs float64."""
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef
+
+    from mojo_gemm import Int4Weight
+    from mojo_gemm._host import to_buffer, to_numpy
+
+    gpu = device_kind == "gpu"
+    dev = Accelerator() if gpu else CPU()
+    ref_dev = DeviceRef.GPU() if gpu else DeviceRef.CPU()
+    copies = R if gpu else 1
+    session = InferenceSession(devices=[CPU(), dev] if gpu else [CPU()])
+    t0 = time.perf_counter()
+    model = session.load(ours_graph(ref_dev, DType.bfloat16, copies))
+    print(f"ours: compiled in {time.perf_counter() - t0:.1f}s", flush=True)
+    sync = dev.synchronize if gpu else None
+    rng = np.random.default_rng(0)
+    for name, (n, k) in layers.items():
+        codes_w = rng.standard_normal((n, k), dtype=np.float32)
+        weight = Int4Weight.from_float(codes_w, group_size=GROUP, symmetric=True)
+        del codes_w
+        nw = harness.weight_copies(weight_bytes(n, k)) if gpu else 1
+        q = [to_device(weight.qweight, dev) for _ in range(nw)]
+        s = [to_buffer(weight.scales, DType.bfloat16).to(dev) for _ in range(nw)]
+        for m in m_values:
+            x_host = rng.standard_normal((m, k), dtype=np.float32)
+            xs = [to_buffer(x_host, DType.bfloat16).to(dev) for _ in range(copies)]
+            args = [*xs, *(q[i % nw] for i in range(copies)), *(s[i % nw] for i in range(copies))]
+            if m == min(16, max(m_values)):
+                got = to_numpy(model.execute(*args)[0]).astype(np.float64)
+                x64 = to_numpy(xs[0]).astype(np.float64)
+                cols = rng.choice(n, min(n, 256), replace=False)
+                ref = x64 @ weight.dequantize()[cols].astype(np.float64).T
+                err = float(np.linalg.norm(got[:, cols] - ref) / np.linalg.norm(ref))
+                print(f"check {name} M={m}: rel err {err:.2e}", flush=True)
+                if not err <= 1e-2:
+                    raise SystemExit(f"ours is wrong on {name} M={m}: rel err {err}")
+            sec = harness.time_max_model(model, args, copies, sync)
+            row = rows.setdefault((name, m), {"layer": name, "M": m, "N": n, "K": k})
+            row.update(ours_us=sec * 1e6, TBps=weight_bytes(n, k) / sec / 1e12,
+                       TFLOPs=2 * m * n * k / sec / 1e12, GFLOPs=2 * m * n * k / sec / 1e9)
+            print("ours", row, flush=True)
+
+
+def to_device(array: np.ndarray, dev: Any) -> Any:
+    """A device Buffer holding a numpy array."""
+    from max.driver import Buffer
+
+    return Buffer.from_numpy(np.ascontiguousarray(array)).to(dev)
+
+
+def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """MAX 26.7's qmatmul_b4_g128 (after its repack), per layer (static N, K), all M."""
+    from max.driver import Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    from mojo_gemm._host import to_buffer
+
+    gpu, acc = DeviceRef.GPU(), Accelerator()
+    session = InferenceSession(devices=[acc])
+    rng = np.random.default_rng(1)
+    for name, (n, k) in LAYERS.items():
+        kp = k // 2 + 2 * k // GROUP
+        try:
+            t0 = time.perf_counter()
+            raw_type = TensorType(DType.uint8, [kp, n], gpu)
+            with Graph(f"max_repack_{n}_{k}", input_types=[raw_type]) as g:
+                g.output(ops.custom("GPTQ_gpu_repack_b4_g128", gpu, [g.inputs[0].tensor],
+                                    out_types=[TensorType(DType.uint8, [n, kp], gpu)])[0].tensor)
+            repack = session.load(g)
+            types = [TensorType(DType.bfloat16, ["m", k], gpu)] * R
+            types += [TensorType(DType.uint8, [n, kp], gpu)] * R
+            with Graph(f"max_qmm_{n}_{k}", input_types=types) as g:
+                vals = [v.tensor for v in g.inputs]
+                g.output(*[ops.custom("qmatmul_b4_g128", gpu, [x, w],
+                                      out_types=[TensorType(DType.bfloat16, [x.shape[0], n], gpu)]
+                                      )[0].tensor for x, w in zip(vals[:R], vals[R:], strict=True)])
+            model = session.load(g)
+            print(f"max {name}: compiled in {time.perf_counter() - t0:.1f}s", flush=True)
+        except Exception as e:  # report and continue: MAX's kernel is a contender, not ours
+            print(f"max {name}: failed: {e!r}"[:500], flush=True)
+            continue
+        nw = harness.weight_copies(weight_bytes(n, k))
+        raw = rng.integers(0, 256, (kp, n), dtype=np.uint8)
+        raw[k // 2:] = np.frombuffer(
+            rng.uniform(0.002, 0.02, (2 * k // GROUP) * n // 2).astype(np.float16).tobytes(),
+            np.uint8).reshape(-1, n)
+        packed = [repack.execute(to_device(raw, acc))[0] for _ in range(nw)]
+        for m in M_VALUES:
+            xs = [to_buffer(rng.standard_normal((m, k), dtype=np.float32), DType.bfloat16).to(acc)
+                  for _ in range(R)]
+            sec = harness.time_max_model(model, [*xs, *(packed[i % nw] for i in range(R))], R,
+                                         acc.synchronize)
+            row = rows.setdefault((name, m), {"layer": name, "M": m, "N": n, "K": k})
+            row["max_us"] = sec * 1e6
+            print("max", name, m, f"{sec * 1e6:.1f}us", flush=True)
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive values (nan when empty)."""
+    return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+def main() -> None:
+    """Runs the contenders for the chosen device and records the table."""
+    from max.driver import accelerator_count
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", choices=["cpu", "gpu"],
+                        default="gpu" if accelerator_count() > 0 else "cpu")
+    parser.add_argument("--torch-part", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_part:
+        torch_part(args.torch_part)
+        return
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    if args.device == "cpu":
+        run_ours(rows, "cpu", {"4096x4096": (4096, 4096)}, (1, 16, 128, 512))
+        harness.record("int4_matmul_cpu", list(rows.values()),
+                       ["layer", "M", "N", "K", "ours_us", "GFLOPs"],
+                       method=f"MAX CPU graph, {os.cpu_count()} cores, median of execute times, "
+                              "bf16, g=128, symmetric")
+        return
+    torch_json = harness.OUT_DIR / "int4_torch_part.json"
+    harness.OUT_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, __file__, "--torch-part", str(torch_json)], check=False)
+    if proc.returncode == 0:
+        for r in json.loads(torch_json.read_text()):
+            rows.setdefault((r["layer"], r["M"]), {}).update(r)
+    run_ours(rows, "gpu", LAYERS, M_VALUES)
+    run_max_builtin(rows)
+    for r in rows.values():
+        if "ours_us" in r and "cublas_us" in r:
+            r["x_cublas"] = r["cublas_us"] / r["ours_us"]
+        if "ours_us" in r and "max_us" in r:
+            r["x_max"] = r["max_us"] / r["ours_us"]
+    summary = {}
+    for m in M_VALUES:
+        summary[f"M={m}"] = {
+            "geomean_x_cublas": geomean([r["x_cublas"] for r in rows.values()
+                                         if r["M"] == m and "x_cublas" in r]),
+            "geomean_x_max": geomean([r["x_max"] for r in rows.values()
+                                      if r["M"] == m and "x_max" in r]),
+        }
+    print(json.dumps(summary, indent=1))
+    harness.record(
+        "int4_matmul_gpu", list(rows.values()),
+        ["layer", "M", "ours_us", "TBps", "TFLOPs", "cublas_us", "x_cublas", "int4pack_us",
+         "max_us", "x_max", "config"],
+        method="ours and MAX: graph of R=16 ops on distinct x, rotated weight copies, median "
+               "(execute+sync)/R; torch: do_bench median, L2 flushed; bf16, g=128, symmetric",
+        extra={"summary": summary},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Shared benchmark harness: the timing method of shared/reference/README.md, JSON and tables.
+
+- MAX graphs (our ops, MAX's built-ins): one graph applies the op R times to R distinct
+  activation copies (MAX merges identical ops), rotating >= 4 weight copies when the weights
+  are smaller than L2 (60 MB) so L2 does not serve them; median over runs of
+  (execute + synchronize) / R, after warm-up. `call_us` is one op per graph, as a user sees it.
+- torch contenders: triton.testing.do_bench(warmup=25, rep=100, median), which flushes L2.
+- Results: a JSON file per run under benchmarks/out/ and a markdown table appended to
+  benchmarks/RESULTS.md with the date, device and versions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+L2_BYTES = 60e6
+"""H200 L2 size: weights below it are rotated over several copies."""
+H200_BANDWIDTH = 4.24e12
+"""Measured device copy bandwidth (bytes/s), shared/reference/README.md."""
+H200_BF16_FLOPS = 728e12
+"""Measured cuBLAS bf16 8192³ rate (FLOP/s)."""
+
+BENCH_DIR = Path(__file__).resolve().parent
+OUT_DIR = BENCH_DIR / "out"
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+
+
+def weight_copies(weight_bytes: float) -> int:
+    """How many weight copies to rotate so repeated ops do not hit L2."""
+    return 1 if weight_bytes >= L2_BYTES else max(4, int(2 * L2_BYTES // max(weight_bytes, 1)) + 1)
+
+
+def median_seconds(fn: Callable[[], None], *, warmup: int = 2, reps: int = 7) -> float:
+    """Median wall seconds of `fn` (which must synchronize itself) after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def time_max_model(
+    model: Any, args: Sequence[Any], copies: int, synchronize: Callable[[], None] | None
+) -> float:
+    """Seconds per op of a MAX model that applies the op `copies` times per execute."""
+
+    def once() -> None:
+        model.execute(*args)
+        if synchronize is not None:
+            synchronize()
+
+    single = median_seconds(once, warmup=1, reps=1)
+    reps = 7 if single < 0.5 else 3
+    return median_seconds(once, warmup=1, reps=reps) / copies
+
+
+def torch_do_bench(fn: Callable[[], Any]) -> float:
+    """Seconds per call of a torch callable: do_bench median, L2 flushed between runs."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+
+
+def environment() -> dict[str, str]:
+    """Date, host, device and versions for the results header."""
+    import max as max_pkg
+    from max.driver import Accelerator, accelerator_count
+
+    device = "cpu"
+    if accelerator_count() > 0:
+        device = str(getattr(Accelerator(), "label", "gpu"))
+        try:
+            import subprocess
+
+            device = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    else:
+        import os
+
+        device = f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": device,
+        "max": getattr(max_pkg, "__version__", "26.7.0"),
+        "python": platform.python_version(),
+    }
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A markdown table of `columns` over `rows` (floats with 4 significant digits)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def record(
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    *,
+    method: str,
+    extra: dict[str, Any] | None = None,
+    append_results: bool = True,
+) -> Path:
+    """Writes benchmarks/out/<name>-<stamp>.json, prints the table, appends it to RESULTS.md."""
+    env = environment()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    path = OUT_DIR / f"{name}-{stamp}.json"
+    path.write_text(json.dumps({"env": env, "method": method, **(extra or {}), "rows": list(rows)},
+                               indent=1))
+    table = markdown_table(rows, columns)
+    print(table, flush=True)
+    if append_results:
+        header = (f"\n## {name}: {env['date']}\n\n- device: {env['device']}\n"
+                  f"- MAX {env['max']}, Python {env['python']}\n- method: {method}\n")
+        with RESULTS_MD.open("a") as f:
+            f.write(header + "\n" + table + "\n")
+    return path

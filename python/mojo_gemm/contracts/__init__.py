@@ -1,0 +1,36 @@
+"""The shape, dtype and layout rules of every op, in one place.
+
+Each op has a `Contract` (contracts/_rules.py): a list of `Rule`s. A rule has the sentence that
+documents it and a check that, given the op's arguments, returns None or the (expected, actual)
+pair that broke it. `Contract.validate` raises the rule's error type (`TypeError` for dtypes,
+`ValueError` for the rest) with a message naming the op, the argument, the rule, the expected
+and the actual value; `Contract.markdown` renders the same sentences for the README, so the
+documentation and the errors cannot drift apart (tests/test_contracts.py checks the README).
+
+Checks run while the graph is built, on static shapes: a symbolic dimension is accepted where
+the rule allows it (M, leading dims) and rejected where the kernel needs a number (K, N).
+One module per op holds its contract; this package lists them all.
+"""
+
+from ._rules import Contract, Rule
+from .int4 import (
+    INT4_ACTIVATION_DTYPES,
+    INT4_GROUP_SIZES,
+    INT4_MATMUL,
+    int4_num_groups,
+    int4_padded,
+)
+
+ALL_CONTRACTS: tuple[Contract, ...] = (INT4_MATMUL,)
+"""Every public op's contract, in README order."""
+
+__all__ = [
+    "ALL_CONTRACTS",
+    "INT4_ACTIVATION_DTYPES",
+    "INT4_GROUP_SIZES",
+    "INT4_MATMUL",
+    "Contract",
+    "Rule",
+    "int4_num_groups",
+    "int4_padded",
+]

@@ -1,0 +1,90 @@
+"""Graph function of the W4A16 op: `int4_matmul` emits the `multistage_gemm_q` custom op."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from max.graph import TensorType, TensorValue, ops
+
+from ._extension import ensure_kernels_loaded
+from .contracts import INT4_MATMUL, int4_padded
+
+OP_NAME = "multistage_gemm_q"
+
+
+@dataclass(frozen=True)
+class Int4WeightValues:
+    """A packed int4 weight as graph values (the layout of `mojo_gemm.quant.int4_layout`).
+
+    qweight: uint32 [Np/64, Kp*8]; scales: x's dtype [groups, Np]; zeros: same shape or None
+    (symmetric, zero point 8); perm: int32/int64 [K] or None (act-order: packed position j
+    holds input feature perm[j]). n, k: the logical out/in features; group_size: 32, 64, 128
+    or -1 (per channel).
+    """
+
+    qweight: TensorValue
+    scales: TensorValue
+    zeros: TensorValue | None
+    perm: TensorValue | None
+    n: int
+    k: int
+    group_size: int
+
+
+def int4_matmul(
+    x: TensorValue, weight: Int4WeightValues, bias: TensorValue | None = None
+) -> TensorValue:
+    """y = x · dequant(weight)ᵀ (+ bias) through the `multistage_gemm_q` Mojo op.
+
+    x: bfloat16 or float16 [..., K] (rank >= 2; leading dims may be symbolic);
+    bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
+    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices.
+    """
+    INT4_MATMUL.validate(
+        {
+            "x": x,
+            "qweight": weight.qweight,
+            "scales": weight.scales,
+            "zeros": weight.zeros,
+            "perm": weight.perm,
+            "bias": bias,
+            "n": weight.n,
+            "k": weight.k,
+            "group_size": weight.group_size,
+        }
+    )
+    ensure_kernels_loaded()
+    n, k = weight.n, weight.k
+    _, kp = int4_padded(n, k)
+    leading = list(x.shape[:-1])
+    rows = x.reshape([-1, k])
+    if weight.perm is not None:
+        # act-order: the packed K order is the sorted-by-group order of the input features
+        rows = ops.gather(rows, weight.perm, axis=1)
+    if kp != k:
+        rows = ops.pad(rows, [0, 0, 0, kp - k])
+    device = x.device
+
+    def dummy(shape: list[int]) -> TensorValue:
+        # the op always takes zeros and bias; a 1-element stand-in when absent
+        return ops.constant(0, x.dtype, device=device).broadcast_to(shape)
+
+    out = ops.custom(
+        OP_NAME,
+        device,
+        [
+            rows,
+            weight.qweight,
+            weight.scales,
+            weight.zeros if weight.zeros is not None else dummy([1, 1]),
+            bias if bias is not None else dummy([1]),
+        ],
+        [TensorType(x.dtype, [rows.shape[0], n], device)],
+        parameters={
+            "group_size": weight.group_size,
+            "has_zeros": weight.zeros is not None,
+            "has_bias": bias is not None,
+        },
+    )[0].tensor
+    return out.reshape([*leading, n])
+

@@ -1,0 +1,119 @@
+"""`max.nn` modules built on this package's ops."""
+
+from __future__ import annotations
+
+import numpy as np
+from max.driver import Buffer
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, Weight
+from max.nn import Module
+
+from ._host import to_buffer
+from .contracts import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
+from .int4 import Int4WeightValues, int4_matmul
+from .quant.int4 import Int4Weight
+from .quant.int4_layout import N_TILE, PACK_FACTOR
+
+
+class Int4Linear(Module):
+    """A linear layer with int4 GPTQ/AWQ-style weights: y = x · dequant(W)ᵀ (+ bias).
+
+    x: `dtype` [..., in_features] -> `dtype` [..., out_features]. Weights (names as in
+    `state_dict()`): qweight uint32 [Np/64, Kp*8], scales `dtype` [groups, Np], zeros (when
+    not symmetric), perm int64 [in_features] (when act_order), bias `dtype` [out_features]
+    (when has_bias). Fill them with `load_int4`. device: where the weights live (CPU
+    by default).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        group_size: int = 128,
+        symmetric: bool = True,
+        act_order: bool = False,
+        has_bias: bool = False,
+        dtype: DType = DType.bfloat16,
+        device: DeviceRef | None = None,
+    ) -> None:
+        super().__init__()
+        if dtype not in INT4_ACTIVATION_DTYPES:
+            raise TypeError(f"Int4Linear: dtype must be bfloat16 or float16, got {dtype}")
+        if group_size not in INT4_GROUP_SIZES:
+            raise ValueError(
+                f"Int4Linear: group_size must be one of {INT4_GROUP_SIZES}, got {group_size}"
+            )
+        if group_size != -1 and in_features % group_size:
+            raise ValueError(
+                f"Int4Linear: in_features must be a multiple of group_size {group_size}, "
+                f"got {in_features}"
+            )
+        if out_features <= 0 or out_features % 8:
+            raise ValueError(
+                f"Int4Linear: out_features must be a positive multiple of 8, got {out_features}"
+            )
+        self.in_features, self.out_features = in_features, out_features
+        self.group_size, self.symmetric, self.act_order = group_size, symmetric, act_order
+        self.dtype = dtype
+        device = device if device is not None else DeviceRef.CPU()
+        n_p, k_p = int4_padded(out_features, in_features)
+        params_shape = [int4_num_groups(in_features, group_size), n_p]
+        self.qweight = Weight("qweight", DType.uint32, [n_p // N_TILE, k_p * PACK_FACTOR], device)
+        self.scales = Weight("scales", dtype, params_shape, device)
+        self.zeros = None if symmetric else Weight("zeros", dtype, params_shape, device)
+        self.perm = Weight("perm", DType.int64, [in_features], device) if act_order else None
+        self.bias = Weight("bias", dtype, [out_features], device) if has_bias else None
+
+    def __call__(self, x: TensorValue) -> TensorValue:
+        """x: `dtype` [..., in_features] -> `dtype` [..., out_features]."""
+        values = Int4WeightValues(
+            qweight=TensorValue(self.qweight),
+            scales=TensorValue(self.scales),
+            zeros=None if self.zeros is None else TensorValue(self.zeros),
+            perm=None if self.perm is None else TensorValue(self.perm),
+            n=self.out_features,
+            k=self.in_features,
+            group_size=self.group_size,
+        )
+        return int4_matmul(x, values, None if self.bias is None else TensorValue(self.bias))
+
+    def _int4_state(self, weight: Int4Weight, bias: np.ndarray | None = None) -> dict[str, Buffer]:
+        """The host buffers of this layer's weights (local names) from a packed `Int4Weight`.
+
+        bias: float array [out_features], required exactly when the layer has a bias.
+        Raises ValueError when `weight` does not match the layer's configuration.
+        """
+        expected = (self.out_features, self.in_features, self.group_size, self.symmetric,
+                    self.act_order)
+        got = (weight.n, weight.k, weight.group_size, weight.symmetric, weight.perm is not None)
+        if got != expected:
+            raise ValueError(
+                "Int4Linear: weight (out_features, in_features, group_size, symmetric, "
+                f"act_order) must be {expected}, got {got}"
+            )
+        if (bias is None) != (self.bias is None):
+            raise ValueError(
+                f"Int4Linear: bias must be {'given' if self.bias is not None else 'None'} "
+                f"for this layer (has_bias={self.bias is not None})"
+            )
+        state = {
+            "qweight": Buffer.from_numpy(np.ascontiguousarray(weight.qweight)),
+            "scales": to_buffer(weight.scales, self.dtype),
+        }
+        if weight.zeros is not None:
+            state["zeros"] = to_buffer(weight.zeros, self.dtype)
+        if weight.perm is not None:
+            state["perm"] = Buffer.from_numpy(np.ascontiguousarray(weight.perm, np.int64))
+        if bias is not None:
+            if np.shape(bias) != (self.out_features,):
+                raise ValueError(
+                    f"Int4Linear: bias shape must be ({self.out_features},), "
+                    f"got {np.shape(bias)}"
+                )
+            state["bias"] = to_buffer(bias, self.dtype)
+        return state
+
+    def load_int4(self, weight: Int4Weight, bias: np.ndarray | None = None) -> None:
+        """Loads a packed `Int4Weight` (and bias) into this layer's weights."""
+        self.load_state_dict(self._int4_state(weight, bias))

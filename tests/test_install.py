@@ -1,0 +1,69 @@
+"""A non-editable install into a fresh venv finds the Mojo kernels inside the wheel and runs."""
+
+from __future__ import annotations
+
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHECK = """
+import sys
+from pathlib import Path
+import numpy as np
+import mojo_gemm
+from max.driver import CPU
+from max.dtype import DType
+from max.engine import InferenceSession
+from max.graph import DeviceRef, TensorType
+from mojo_gemm._host import to_buffer, to_numpy
+
+venv = Path(sys.prefix).resolve()
+kernels = mojo_gemm.kernels_path().resolve()
+assert venv in Path(mojo_gemm.__file__).resolve().parents, mojo_gemm.__file__
+assert venv in kernels.parents, f"kernels not from the wheel: {kernels}"
+rng = np.random.default_rng(1)
+w = rng.standard_normal((64, 128)).astype(np.float32)
+weight = mojo_gemm.Int4Weight.from_float(w, group_size=64, symmetric=False)
+layer = mojo_gemm.Int4Linear(128, 64, group_size=64, symmetric=False, dtype=DType.float16)
+layer.load_int4(weight)
+model = layer.compile(TensorType(DType.float16, ["m", 128], DeviceRef.CPU()),
+                      session=InferenceSession(devices=[CPU()]))
+x = rng.standard_normal((5, 128)).astype(np.float16)
+y = to_numpy(model.execute(to_buffer(x, DType.float16))[0]).astype(np.float64)
+ref = x.astype(np.float64) @ weight.dequantize().T.astype(np.float64)
+err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+assert err < 1e-2, err
+print("installed-ok", kernels)
+"""
+
+
+@pytest.mark.slow
+def test_non_editable_install_in_fresh_venv(tmp_path: Path) -> None:
+    """pip install (no -e) of a copy of the checkout; the run must use the wheel's kernels."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".gpu", ".gpu-bin", "__pycache__", "out", "*.egg-info"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    # The fresh venv sees this interpreter's packages (max, numpy, hatchling) through a .pth
+    # placed AFTER its own site-packages, so the freshly installed mojo_gemm shadows any other.
+    fresh_site = Path(subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip())
+    outer = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    (fresh_site / "outer.pth").write_text("\n".join(sorted(outer)) + "\n")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    str(src)], check=True)
+    shutil.rmtree(src)  # the installed package must not need the checkout it came from
+    run = subprocess.run([py, "-c", CHECK], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert "installed-ok" in run.stdout
