@@ -46,13 +46,10 @@ def compile_int4() -> None:
             return tuple(layer(x) for layer, x in zip(self.layers, xs, strict=True))
 
     layers = Layers()
+    registry = layers.state_dict()  # zero weights; also gives every weight its unique FQN name
     types = [TensorType(d, [f"m{i}", k], gpu) for i, (k, *_, d) in enumerate(configs)]
-    from max.graph import Graph
-
-    with Graph("int4_gpu_compile", input_types=types) as graph:
-        graph.output(*layers(*(v.tensor for v in graph.inputs)))
     session = InferenceSession(devices=[CPU(), Accelerator()])
-    session.load(graph, weights_registry=layers.state_dict())
+    layers.compile(*types, session=session, weights=registry)
 
 
 def main() -> None:

@@ -106,12 +106,13 @@ def run_cases(device_kind: str) -> None:
     device = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
     driver_device = Accelerator() if device_kind == "gpu" else CPU()
     model_layers = Layers(device)
-    refs = []
+    refs, state = [], {}
     for i, (case, layer) in enumerate(zip(CASES, model_layers.layers, strict=True)):
         weight, w_ref = build_weight(case, seed=100 + i)
         bias = rng.standard_normal(case.n).astype(np.float32) if case.bias else None
-        layer.load_int4(weight, bias)
+        state.update({f"layers.{i}.{k}": v for k, v in layer.int4_state(weight, bias).items()})
         refs.append((w_ref, bias))
+    model_layers.load_state_dict(state)
     session = InferenceSession(devices=[CPU(), driver_device] if device_kind == "gpu" else [CPU()])
     model = model_layers.compile(*input_types(device), session=session)
     for m in M_VALUES:

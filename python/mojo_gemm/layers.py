@@ -78,7 +78,7 @@ class Int4Linear(Module):
         )
         return int4_matmul(x, values, None if self.bias is None else TensorValue(self.bias))
 
-    def _int4_state(self, weight: Int4Weight, bias: np.ndarray | None = None) -> dict[str, Buffer]:
+    def int4_state(self, weight: Int4Weight, bias: np.ndarray | None = None) -> dict[str, Buffer]:
         """The host buffers of this layer's weights (local names) from a packed `Int4Weight`.
 
         bias: float array [out_features], required exactly when the layer has a bias.
@@ -115,5 +115,10 @@ class Int4Linear(Module):
         return state
 
     def load_int4(self, weight: Int4Weight, bias: np.ndarray | None = None) -> None:
-        """Loads a packed `Int4Weight` (and bias) into this layer's weights."""
-        self.load_state_dict(self._int4_state(weight, bias))
+        """Loads a packed `Int4Weight` (and bias) into this layer's weights.
+
+        For a layer inside a larger model, load the model instead, with this layer's
+        `int4_state` under its attribute path (e.g. "layers.0.qweight"): MAX names graph
+        weights after the module on which `load_state_dict` was called.
+        """
+        self.load_state_dict(self.int4_state(weight, bias))
