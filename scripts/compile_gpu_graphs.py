@@ -52,6 +52,106 @@ def compile_int4() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
+def compile_grouped() -> None:
+    """Compiles one graph with grouped_matmul instances covering its GPU specializations.
+
+    bf16 plain (functional output), fp16 SwiGLU + row scale written in place, bf16 with
+    a_plane_splits; symbolic T and G. On sm_90a each instance builds the SM90 kernel with both
+    token tiles (and the TMA-less fallback); on sm_100a the SM100 kernel with cta_group 1 and
+    2 (the plane instance's splits are multiples of 256, so it takes the 2-SM path too).
+    """
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import BufferType, DeviceRef, Graph, TensorType
+
+    from mojo_gemm.grouped import grouped_matmul
+
+    gpu = DeviceRef.GPU()
+    e = 8
+    types = [
+        TensorType(DType.bfloat16, ["t", 512], gpu),
+        TensorType(DType.bfloat16, [e, 384, 512], gpu),
+        TensorType(DType.float16, ["t", 256], gpu),
+        TensorType(DType.float16, [e, 512, 256], gpu),
+        BufferType(DType.float16, ["t", 256], gpu),
+        TensorType(DType.float32, ["t"], gpu),
+        TensorType(DType.bfloat16, ["t3", 256], gpu),
+        TensorType(DType.bfloat16, [e, 768, 256], gpu),
+        TensorType(DType.uint32, ["g1"], gpu),
+        TensorType(DType.int32, ["g"], gpu),
+        TensorType(DType.uint32, [2], gpu),
+    ]
+    with Graph("grouped_gpu_compile", input_types=types) as graph:
+        a1, b1, a2, b2, c2, rs, a3, b3, offs, ids, stats = graph.inputs
+        route = (offs.tensor, ids.tensor, stats.tensor)
+        y1 = grouped_matmul(a1.tensor, b1.tensor, *route)
+        grouped_matmul(a2.tensor, b2.tensor, *route, swiglu=True, row_scale=rs.tensor,
+                       out=c2.buffer)
+        y3 = grouped_matmul(a3.tensor, b3.tensor, *route, a_plane_splits=(256, 512))
+        graph.output(y1, y3)
+    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+
+
+def compile_k_cache() -> None:
+    """Compiles one graph with k_matmul_ragged_paged_scale instances covering its GPU kernels.
+
+    Granularity (1, 128, 128) builds the TMA + wgmma kernel (both tile configs) and the mma.sync
+    split-K kernel, (2, 64, 32) the SIMT fallback; bf16 and fp8 caches, per-head kv_scale.
+    """
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import BufferType, DeviceRef, Graph, TensorType
+    from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
+
+    from mojo_gemm.k_cache import k_matmul_ragged_paged_scale
+
+    gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
+    fp8 = DType.float8_e4m3fn
+    # (cache dtype, K, (gm, gn, gk), kv_scale heads or None)
+    configs = [
+        (DType.bfloat16, 7168, (1, 128, 128), None),
+        (fp8, 4096, (1, 128, 128), 8),
+        (DType.bfloat16, 200, (2, 64, 32), None),
+    ]
+    types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["B1"], gpu)]
+    for i, (dt, k, (_gm, gn, gk), heads) in enumerate(configs):
+        p = MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2, page_size=128,
+                             devices=[gpu])
+        n = 8 * 128
+        types += [
+            BufferType(dt, [f"pages{i}", *p.shape_per_block], gpu),
+            TensorType(DType.int64, [1], cpu),
+            TensorType(DType.uint32, ["B"], gpu),
+            TensorType(DType.uint32, ["B", f"cols{i}"], gpu),
+            TensorType(DType.uint32, [1], cpu),
+            TensorType(DType.uint32, [1], cpu),
+            TensorType(fp8, ["T", k], gpu),
+            TensorType(fp8, [n, k], gpu),
+            TensorType(DType.float32, [-(-k // gk), f"ts{i}"], gpu),
+            TensorType(DType.float32, [-(-n // gn), -(-k // gk)], gpu),
+        ]
+        if heads is not None:
+            types.append(TensorType(DType.float32, [heads], gpu))
+    with Graph("k_cache_gpu_compile", input_types=types) as graph:
+        it = iter(graph.inputs)
+        offsets = next(it).tensor
+        for dt, _k, gran, heads in configs:
+            p = MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2,
+                                 page_size=128, devices=[gpu])
+            blocks, stride, lens, lut, mp, mc, x, w, xs, ws = (next(it) for _ in range(10))
+            coll = PagedCacheValues(
+                kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+                max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor,
+            )
+            kv_scale = next(it).tensor if heads is not None else None
+            k_matmul_ragged_paged_scale(p, x.tensor, offsets, w.tensor, xs.tensor, ws.tensor, coll,
+                                        gran, 1, kv_scale=kv_scale)
+        graph.output()
+    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+
+
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -60,7 +160,11 @@ def main() -> None:
     driver.set_virtual_device_api("cuda")
     driver.set_virtual_device_target_arch(args.arch)
     driver.set_virtual_device_count(1)
-    for name, build in (("multistage_gemm_q", compile_int4),):
+    for name, build in (
+        ("multistage_gemm_q", compile_int4),
+        ("grouped_matmul_sm100_persistent", compile_grouped),
+        ("k_matmul_ragged_paged_scale", compile_k_cache),
+    ):
         t0 = time.perf_counter()
         build()
         print(f"compiled {name} for {args.arch} in {time.perf_counter() - t0:.1f}s", flush=True)

@@ -1,23 +1,44 @@
 """mojo-gemm: fast Mojo matmul kernels as MAX graph custom ops, with typed Python bindings.
 
 Public API:
-- `int4_matmul`, `Int4WeightValues`, `Int4Linear`, `Int4Weight`: W4A16 (GPTQ/AWQ int4 weights)
-  through the `multistage_gemm_q` op.
+- W4A16 (GPTQ/AWQ int4 weights, op `multistage_gemm_q`): `int4_matmul`, `Int4WeightValues`,
+  `Int4Linear`, `Int4Weight`.
+- MoE grouped GEMM (op `grouped_matmul_sm100_persistent`): `grouped_matmul`, `GroupedLinear`,
+  `group_tokens_by_expert`, `ExpertGrouping`, `interleave_gate_up`.
+- FP8 K projection into MAX's paged KV cache (op `k_matmul_ragged_paged_scale`):
+  `k_matmul_ragged_paged_scale`, `fp8_dtype_for`, `quantize_fp8_blockwise`,
+  `quantize_fp8_input`, `Fp8Blockwise`, `fp8_buffer`.
 - `kernels_path`: the Mojo package to pass as `custom_extensions` when needed.
 - `contracts`: the shape/dtype rules of every op.
 """
 
 from . import contracts
 from ._extension import kernels_path
+from .grouped import grouped_matmul
+from .grouped_layer import GroupedLinear
 from .int4 import Int4WeightValues, int4_matmul
+from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale
 from .layers import Int4Linear
+from .moe_routing import ExpertGrouping, group_tokens_by_expert, interleave_gate_up
+from .quant.fp8 import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
 from .quant.int4 import Int4Weight
 
 __all__ = [
+    "ExpertGrouping",
+    "Fp8Blockwise",
+    "GroupedLinear",
     "Int4Linear",
     "Int4Weight",
     "Int4WeightValues",
     "contracts",
+    "fp8_buffer",
+    "fp8_dtype_for",
+    "group_tokens_by_expert",
+    "grouped_matmul",
     "int4_matmul",
+    "interleave_gate_up",
+    "k_matmul_ragged_paged_scale",
     "kernels_path",
+    "quantize_fp8_blockwise",
+    "quantize_fp8_input",
 ]

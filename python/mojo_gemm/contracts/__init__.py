@@ -13,6 +13,7 @@ One module per op holds its contract; this package lists them all.
 """
 
 from ._rules import Contract, Rule
+from .grouped import GROUPED_DTYPES, GROUPED_MATMUL
 from .int4 import (
     INT4_ACTIVATION_DTYPES,
     INT4_GROUP_SIZES,
@@ -20,15 +21,20 @@ from .int4 import (
     int4_num_groups,
     int4_padded,
 )
+from .k_cache import K_CACHE_DTYPES, K_MATMUL_RAGGED_PAGED_SCALE
 
-ALL_CONTRACTS: tuple[Contract, ...] = (INT4_MATMUL,)
+ALL_CONTRACTS: tuple[Contract, ...] = (INT4_MATMUL, GROUPED_MATMUL, K_MATMUL_RAGGED_PAGED_SCALE)
 """Every public op's contract, in README order."""
 
 __all__ = [
     "ALL_CONTRACTS",
+    "GROUPED_DTYPES",
+    "GROUPED_MATMUL",
     "INT4_ACTIVATION_DTYPES",
     "INT4_GROUP_SIZES",
     "INT4_MATMUL",
+    "K_CACHE_DTYPES",
+    "K_MATMUL_RAGGED_PAGED_SCALE",
     "Contract",
     "Rule",
     "int4_num_groups",

@@ -1,0 +1,179 @@
+"""Entry point of `grouped_matmul_sm100_persistent`: checks shapes, then picks the kernel.
+
+Dispatch (compile time, from the target; nothing is read back from the device):
+- target "cpu"                   -> cpu.mojo
+- target "gpu", arch sm_100a     -> sm100.mojo (tcgen05 / TMEM persistent kernel; cta_group 2
+                                    when N % 256 == 0 and the plane splits are multiples of 256,
+                                    else cta_group 1)
+- target "gpu", arch sm_90a      -> sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
+- token tile: BN = 32 (decode) when T <= 64 G, else 256 (prefill): a host choice from shapes
+- either GPU arch, K * sizeof(dtype) % 16 != 0 (TMA cannot describe a or b) -> gpu_naive.mojo
+- any other target or GPU arch   -> compile-time error naming the arch.
+"""
+
+from std.sys import size_of
+from std.sys.info import _accelerator_arch
+from std.utils.index import IndexList
+from extensibility import InputTensor
+from max.gpu.host import DeviceContext
+
+from .cpu import grouped_matmul_cpu
+from .gpu_naive import grouped_matmul_gpu_naive
+from .sm90 import grouped_matmul_sm90
+from .sm100 import grouped_matmul_sm100
+from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, OP_NAME, U32Ptr
+
+
+def dense_shape[rank: Int](
+    shape: IndexList[rank], strides: IndexList[rank], name: StaticString
+) raises -> IndexList[rank]:
+    """`shape` after checking the tensor is dense row-major (the kernels index raw pointers)."""
+    var expected = 1
+    comptime for r in range(rank):
+        comptime i = rank - 1 - r
+        if shape[i] > 1 and strides[i] != expected:
+            raise Error(OP_NAME, ": tensor '", name, "' is not dense row-major")
+        expected *= shape[i]
+    return shape
+
+
+comptime DECODE_BN = 32
+"""Token tile of the fast GPU kernels when groups are small (decode)."""
+comptime PREFILL_BN = 256
+"""Token tile when groups are large (prefill): measured on the H200 (SM90, bf16, 8 groups x
+1024 tokens, N = 4096, K = 7168): BN = 64 372, 128 521, 256 754 TFLOP/s."""
+
+
+def gpu_arch() -> StaticString:
+    """The GPU target: "sm_90a", "sm_100a", or the raw arch name of anything else.
+
+    `mojo build --target-accelerator` reports "sm_90a"; a MAX graph "nvidia:sm_90a".
+    """
+    comptime arch = _accelerator_arch()
+    comptime if arch == "sm_90a" or arch == "nvidia:sm_90a":
+        return "sm_90a"
+    elif arch == "sm_100a" or arch == "nvidia:sm_100a":
+        return "sm_100a"
+    else:
+        return arch
+
+
+def use_decode_tiles(shape: GroupedShape) -> Bool:
+    """Host-side choice of the token tile from shapes only (no device read): the average group
+    size T / G decides; the kernels stay correct for any mix of group sizes."""
+    return shape.T <= 64 * max(shape.G, 1)
+
+
+def _launch_sm100[
+    dtype: DType, cta_group: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
+](
+    c: ElemPtr[dtype],
+    a: ElemPtr[dtype],
+    b: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    shape: GroupedShape,
+    ctx: DeviceContext,
+) raises:
+    if use_decode_tiles(shape):
+        grouped_matmul_sm100[dtype, DECODE_BN, cta_group, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+    else:
+        grouped_matmul_sm100[dtype, PREFILL_BN, cta_group, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+
+
+def launch_grouped_matmul[
+    dtype: DType,
+    s0: Int,
+    s1: Int,
+    swiglu: Bool,
+    has_row_scale: Bool,
+    target: StaticString,
+](
+    c: ElemPtr[dtype],
+    a: ElemPtr[dtype],
+    b: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    shape: GroupedShape,
+    ctx: DeviceContext,
+) raises:
+    """c = grouped(a · b[expert]ᵀ) with the epilogue; pointers on the target's device.
+
+    shape: from GroupedShape.validate. row_scale is read only when has_row_scale.
+    """
+    comptime assert dtype == DType.bfloat16 or dtype == DType.float16, String(
+        OP_NAME, ": a, b and c must be bfloat16 or float16, got ", dtype)
+    comptime if target == "cpu":
+        grouped_matmul_cpu[dtype, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape)
+    elif target == "gpu":
+        comptime arch = gpu_arch()
+        comptime assert arch == "sm_90a" or arch == "sm_100a", String(
+            OP_NAME, ": unsupported GPU architecture '", arch,
+            "' (supported: sm_90a Hopper, sm_100a Blackwell)")
+        if (shape.K * size_of[dtype]()) % 16 != 0:
+            # TMA needs 16-byte row strides
+            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+            return
+        comptime if arch == "sm_90a":
+            if use_decode_tiles(shape):
+                grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
+                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+            else:
+                grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
+                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        else:
+            # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the
+            # pair) when N fills 256-row tiles and every pair tile reads a single Q/K/V plane
+            comptime pair_ok = s0 == 0 or (s0 % 256 == 0 and s1 % 256 == 0)
+            comptime if pair_ok:
+                if shape.N % 256 == 0:
+                    _launch_sm100[dtype, 2, s0, s1, swiglu, has_row_scale](
+                        c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+                    return
+            _launch_sm100[dtype, 1, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+    else:
+        comptime assert False, String(OP_NAME, ": unsupported target '", target, "' (expected 'cpu' or 'gpu')")
+
+
+def grouped_execute[
+    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, target: StaticString
+](
+    c: Pointer[Scalar[dtype], MutAnyOrigin],
+    c_shape: IndexList[2],
+    a: InputTensor[dtype=dtype, rank=2, ...],
+    b: InputTensor[dtype=dtype, rank=3, ...],
+    a_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+    expert_ids: InputTensor[dtype=DType.int32, rank=1, ...],
+    expert_usage_stats: InputTensor[dtype=DType.uint32, rank=1, ...],
+    row_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+    ctx: DeviceContext,
+) raises:
+    """Validates the op's tensors (shapes, dense layout) and runs the launcher; `c` is the
+    output's pointer and shape (a new tensor or the in-place buffer)."""
+    var shape = GroupedShape.validate[s0, s1, swiglu, has_row_scale](
+        c_shape,
+        dense_shape(a.shape(), a.strides(), "a"),
+        dense_shape(b.shape(), b.strides(), "b"),
+        a_offsets.dim_size(0), expert_ids.dim_size(0), expert_usage_stats.dim_size(0),
+        row_scale.dim_size(0),
+    )
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, target](
+        c,
+        a.unsafe_ptr().as_unsafe_any_origin(),
+        b.unsafe_ptr().as_unsafe_any_origin(),
+        a_offsets.unsafe_ptr().as_unsafe_any_origin(),
+        expert_ids.unsafe_ptr().as_unsafe_any_origin(),
+        expert_usage_stats.unsafe_ptr().as_unsafe_any_origin(),
+        row_scale.unsafe_ptr().as_unsafe_any_origin(),
+        shape,
+        ctx,
+    )

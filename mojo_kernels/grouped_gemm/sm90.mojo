@@ -1,0 +1,282 @@
+"""SM90 (H100 / H200, sm_90a) kernel of `grouped_matmul_sm100_persistent`.
+
+Persistent, warp-specialized, swap-AB:
+- grid = number of SMs; every CTA walks the work list of scheduler.mojo (groups x token tiles x
+  weight tiles, read from a_offsets / expert_ids / expert_usage_stats on the device);
+- swap-AB: the expert's weight rows (matmul columns) sit on wgmma's M side (BM = 128 = 2
+  warpgroups x 64) and the tokens on its N side (BN = 32 for decode-sized groups, 256 for
+  prefill), so a group of a few tokens still streams whole 128-row weight tiles;
+- warpgroup 0 is the producer: one thread issues the TMA loads (128B swizzle, BK = 64
+  elements = 128 bytes per row) of the weight tile [128, 64] (b viewed as [E * N, K], row
+  expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T) into
+  a ring of STAGES shared-memory stages, each with a "full" and an "empty" mbarrier; STAGES
+  is the most that fits in the 227 KiB a CTA may opt into;
+- warpgroups 1 and 2 are the consumers: each waits on "full", issues wgmma m64nBNk16 on its
+  64 weight rows straight from shared memory with fp32 accumulators in registers (one wgmma
+  group kept in flight), releases the stage, and at the end of a tile runs the epilogue from registers (SwiGLU / row scale,
+  masks rows past the group's end and columns past N, stores to c). The producer is already
+  loading the next tile meanwhile (the ring runs across tiles).
+Token rows past the group's end (the next group's rows, or zeros past A_rows) are loaded but
+never stored; K past the end is zero-filled by TMA. A group with an invalid expert loads
+nothing and its rows are written as zeros.
+"""
+
+from std.math import ceildiv
+from std.memory import stack_allocation
+from std.sys import size_of
+from std.utils.index import Index
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
+from max.gpu.host import DeviceAttribute, DeviceContext, FuncAttribute
+from max.gpu.host.nvidia.tma import TensorMapSwizzle
+from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
+from max.gpu.memory import AddressSpace, external_memory
+from layout import Coord, TileTensor, row_major
+from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
+from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
+
+from .epilogue import apply_epilogue
+from .scheduler import (
+    ElemPtr,
+    F32Ptr,
+    GroupedShape,
+    GroupedTileScheduler,
+    I32Ptr,
+    SWIGLU_BLOCK,
+    U32Ptr,
+    plane_of,
+    valid_expert,
+)
+
+comptime F32 = DType.float32
+comptime SW = TensorMapSwizzle.SWIZZLE_128B
+comptime BM = 128
+"""Weight rows (matmul columns) per tile: 2 consumer warpgroups x 64."""
+comptime BK = 64
+"""K per stage: 64 x 2 bytes = one 128-byte swizzle row."""
+comptime WG_M = 64
+comptime NUM_CONSUMERS = 2
+comptime NUM_THREADS = 128 * (1 + NUM_CONSUMERS)
+comptime SMEM_LIMIT = 227 * 1024
+"""Dynamic shared memory one CTA may opt into on sm_90."""
+comptime MAX_STAGES = 12
+
+
+def sm90_stage_bytes[dtype: DType, BN: Int]() -> Int:
+    return (BM + BN) * BK * size_of[dtype]()
+
+
+def sm90_stages[dtype: DType, BN: Int]() -> Int:
+    """Pipeline depth: as many stages as fit next to their 2 mbarriers each."""
+    return min(MAX_STAGES, SMEM_LIMIT // (sm90_stage_bytes[dtype, BN]() + 16))
+
+
+def sm90_smem_bytes[dtype: DType, BN: Int]() -> Int:
+    comptime stages = sm90_stages[dtype, BN]()
+    return stages * sm90_stage_bytes[dtype, BN]() + 2 * stages * 8
+
+
+@__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
+@__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
+@__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(NUM_THREADS)))
+def grouped_sm90_kernel[
+    dtype: DType,
+    BN: Int,
+    STAGES: Int,
+    s0: Int,
+    s1: Int,
+    swiglu: Bool,
+    has_row_scale: Bool,
+    w_tile: Coord,
+    w_desc: Coord,
+    x_tile: Coord,
+    x_desc: Coord,
+](
+    w_tma: TMATensorTile[dtype, w_tile, w_desc],
+    x_tma: TMATensorTile[dtype, x_tile, x_desc],
+    c: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    T32: Int32,
+    K32: Int32,
+    N32: Int32,
+    Nc32: Int32,
+    E32: Int32,
+    G32: Int32,
+):
+    comptime w_layout = tile_layout_k_major_typed[dtype, BM, BK, SW]
+    comptime w_sub_layout = tile_layout_k_major_typed[dtype, WG_M, BK, SW]
+    comptime x_layout = tile_layout_k_major_typed[dtype, BN, BK, SW]
+    comptime W_ELEMS = BM * BK
+    comptime X_ELEMS = BN * BK
+    comptime STAGE_BYTES = (W_ELEMS + X_ELEMS) * size_of[dtype]()
+    comptime C_FRAG = WG_M * BN // 128
+    """fp32 accumulators per consumer thread (m64 x BN wgmma)."""
+
+    var smem = external_memory[Scalar[dtype], address_space=AddressSpace.SHARED, alignment=1024]()
+    var w_smem = smem
+    var x_smem = smem.unsafe_offset(STAGES * W_ELEMS)
+    var full = smem.unsafe_offset(STAGES * (W_ELEMS + X_ELEMS)).unsafe_bitcast[SharedMemBarrier]()
+    var empty = full.unsafe_offset(STAGES)
+
+    var tid = thread_idx.x
+    if tid == 0:
+        comptime for s in range(STAGES):
+            full[unsafe_offset=s].init(1)  # the producer's arrive.expect_tx + the TMA bytes
+            empty[unsafe_offset=s].init(NUM_CONSUMERS)  # one thread per consumer warpgroup
+    barrier()
+
+    var T = Int(T32)
+    var K = Int(K32)
+    var N = Int(N32)
+    var E = Int(E32)
+    var num_k = ceildiv(K, BK)
+    var sched = GroupedTileScheduler[BM, BN](
+        a_offsets, expert_ids, stats, T, N, Int(G32), block_idx.x, grid_dim.x
+    )
+    var wg = tid // 128
+
+    if wg == 0:
+        # ---------------- producer: one thread issues every TMA load ----------------
+        warpgroup_reg_dealloc[40]()
+        if tid != 0:
+            return
+        var it = 0
+        while True:
+            var work = sched.next()
+            if work.done:
+                break
+            if not valid_expert(work.expert, E):
+                continue
+            var w_row = work.expert * N + work.m
+            var x_row = work.row0 + plane_of[s0, s1](work.m) * T
+            for kt in range(num_k):
+                var s = it % STAGES
+                if it >= STAGES:
+                    empty[unsafe_offset=s].wait(UInt32(((it // STAGES) & 1) ^ 1))
+                full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                var w_dst = TileTensor(w_smem.unsafe_offset(s * W_ELEMS), w_layout)
+                var x_dst = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
+                w_tma.async_copy(w_dst, full[unsafe_offset=s], (kt * BK, w_row))
+                x_tma.async_copy(x_dst, full[unsafe_offset=s], (kt * BK, x_row))
+                it += 1
+        return
+
+    # ---------------- consumers: wgmma on 64 weight rows each, then the epilogue ----------------
+    warpgroup_reg_alloc[232]()
+    var ctid = tid - 128 * wg  # thread in its warpgroup
+    var sub = wg - 1  # which 64 weight rows of the tile
+    var warp = ctid // 32
+    var lane = ctid % 32
+    var Nc = Int(Nc32)
+    var accum = TileTensor(
+        stack_allocation[C_FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, C_FRAG]()
+    )
+    var mma = TensorCoreAsync[
+        F32, dtype, dtype, Index(WG_M, BN, 16), a_swizzle=SW, b_swizzle=SW, transpose_b=True
+    ]()
+    var it = 0
+    while True:
+        var work = sched.next()
+        if work.done:
+            break
+        comptime for j in range(C_FRAG):
+            accum[0, j] = 0
+        if valid_expert(work.expert, E):
+            # One wgmma group stays in flight: stage kt - 1 is released once group kt is issued
+            # and group kt - 1 has completed (wait_group 1).
+            var prev = -1
+            for _ in range(num_k):
+                var s = it % STAGES
+                full[unsafe_offset=s].wait(UInt32((it // STAGES) & 1))
+                var w_t = TileTensor(w_smem.unsafe_offset(s * W_ELEMS + sub * WG_M * BK), w_sub_layout)
+                var x_t = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
+                warpgroup_fence(accum)
+                mma.arrive()
+                mma.wgmma(w_t, x_t, accum)
+                mma.commit_group()
+                warpgroup_fence(accum)
+                mma.wait_group[1]()
+                if prev >= 0 and ctid == 0:
+                    _ = empty[unsafe_offset=prev].arrive()
+                prev = s
+                it += 1
+            mma.wait_group[0]()
+            warpgroup_fence(accum)
+            if ctid == 0:
+                _ = empty[unsafe_offset=prev].arrive()
+
+        # Epilogue. Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane/4,
+        # tokens 8j + 2 (lane % 4) + {0, 1}); 4j + {2, 3} the same tokens, weight row + 8.
+        var n0 = work.m + sub * WG_M + 16 * warp + lane // 4
+        comptime for j in range(BN // 8):
+            comptime for h in range(2):
+                var row = work.row0 + 8 * j + 2 * (lane % 4) + h
+                if row < work.row_end:
+                    var scale = Float32(1)
+                    comptime if has_row_scale:
+                        scale = row_scale[unsafe_offset=row]
+                    var v_lo = rebind[Float32](accum[0, 4 * j + h])
+                    var v_hi = rebind[Float32](accum[0, 4 * j + 2 + h])
+                    var crow = c.unsafe_offset(row * Nc)
+                    comptime if swiglu:
+                        # n0 % 16 < 8: n0 is a gate column and n0 + 8 its up column
+                        if n0 < N:
+                            var o = SWIGLU_BLOCK * (n0 // 16) + n0 % 16
+                            crow[unsafe_offset=o] = apply_epilogue[True, has_row_scale, 1](
+                                v_lo, v_hi, scale).cast[dtype]()
+                    else:
+                        if n0 < N:
+                            crow[unsafe_offset=n0] = apply_epilogue[False, has_row_scale, 1](
+                                v_lo, 0, scale).cast[dtype]()
+                        if n0 + 8 < N:
+                            crow[unsafe_offset=n0 + 8] = apply_epilogue[False, has_row_scale, 1](
+                                v_hi, 0, scale).cast[dtype]()
+
+
+def grouped_matmul_sm90[
+    dtype: DType, BN: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
+](
+    c: ElemPtr[dtype],
+    a: ElemPtr[dtype],
+    b: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    shape: GroupedShape,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues the persistent SM90 kernel with token tile BN (device pointers).
+
+    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the launcher routes other K elsewhere.
+    """
+    comptime assert BN % 8 == 0 and BN <= 256, "BN must be a multiple of 8 up to 256"
+    comptime STAGES = sm90_stages[dtype, BN]()
+    comptime SMEM = sm90_smem_bytes[dtype, BN]()
+    comptime assert STAGES >= 2, "shared memory too small for two stages"
+    if shape.T == 0 or shape.G == 0:
+        return
+    var w_tma = create_tma_tile[BM, BK, swizzle_mode=SW](
+        ctx, TileTensor(b, row_major(Coord(shape.E * shape.N, shape.K)))
+    )
+    var x_tma = create_tma_tile[BN, BK, swizzle_mode=SW](
+        ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
+    )
+    comptime kernel = grouped_sm90_kernel[
+        dtype, BN, STAGES, s0, s1, swiglu, has_row_scale,
+        type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
+        type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
+    ]
+    var num_sms = ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT)
+    ctx.enqueue_function[kernel](
+        w_tma, x_tma, c, a_offsets, expert_ids, stats, row_scale,
+        Int32(shape.T), Int32(shape.K), Int32(shape.N), Int32(shape.Nc), Int32(shape.E),
+        Int32(shape.G),
+        grid_dim=num_sms,
+        block_dim=NUM_THREADS,
+        shared_mem_bytes=SMEM,
+        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+    )

@@ -1,0 +1,296 @@
+"""Tile configuration of the W4A16 tensor-core kernel (`gpu_mma.mojo`) and its smem budget.
+
+The kernel computes Cᵀ tiles with the weights on the MMA's M side ("swap AB"): one warp owns
+one 64-column packed band (`wn` = 64, the width of one 16-byte-per-lane load of a packed tile)
+and `wm` tokens (`wm` / 8 mma.m16n8k16 n8-tiles). A CTA holds `bm / wm` x `bn / 64` such warps
+times `warp_k` warp-k partitions that share each pipeline stage's `bk / 16` k-tiles. `split_k`
+CTAs of one thread-block cluster split K further and reduce through distributed shared memory.
+
+Shared memory (bytes), for activations of 2 bytes:
+    ring  = stages * (bn/64 * bk/16 * 512            packed weights
+                      + bm * (bk + 8) * 2            activations, rows padded by 16 B
+                      + scale_rows * bn * 2 * (1 + has_zeros))   group scales (and zeros)
+    usage = max(ring, max(warp_k - 1, 1) * bm * bn * 4)   fp32 partials for the reductions
+with scale_rows = max(1, bk / group_size) (0 for per-channel: those are read once from
+global memory). The reduction buffer always counts one tile because `split_k` is a run-time
+choice of the launcher. PIPE_WARP configs (the M <= 16 kernel) instead give every warp its
+own ring: warps x stages x warp_stage_bytes (see there).
+"""
+
+comptime SMEM_BUDGET_SM90 = 227 * 1024
+"""Largest dynamic shared memory one CTA may opt into on sm_90 (H100/H200)."""
+
+comptime MIN_STAGES = 3
+"""The resolver never goes below this many pipeline stages."""
+
+
+comptime PIPE_CTA = 0
+"""Kernel `int4_gemm_mma_kernel`: CTA-wide cp.async ring, one barrier per stage."""
+comptime PIPE_WARP = 1
+"""Kernel `int4_gemv_kernel` (M <= 16): every lane streams its own fragments through a private
+cp.async ring, no barrier in the main loop; a "stage" is bk / 16 k-tiles of one band."""
+
+
+struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
+    """Block/warp tile shapes of the W4A16 MMA kernel (a `MatmulConfig`-style record).
+
+    bm: tokens (rows of x / C) per CTA, a multiple of wm.
+    bn: output columns per CTA, a multiple of wn.
+    bk: K per pipeline stage, one of 32, 64, 128 (Kp is a multiple of 128).
+    wm: tokens per warp, one of 8, 16, 32, 64 (mma n8-tiles of the swapped product).
+    wn: columns per warp: always 64 (one packed band).
+    stages: cp.async pipeline depth (>= 2).
+    warp_k: warp-k partitions per CTA (power of two, divides bk / 16).
+    split_k: CTAs per cluster along K (1..8); chosen at run time by the launcher.
+    pipeline: PIPE_CTA or PIPE_WARP (then bm == wm <= 16).
+    """
+
+    var bm: Int
+    var bn: Int
+    var bk: Int
+    var wm: Int
+    var wn: Int
+    var stages: Int
+    var warp_k: Int
+    var split_k: Int
+    var pipeline: Int
+
+    def __init__(
+        out self, *, bm: Int, bn: Int, bk: Int, wm: Int, wn: Int, stages: Int, warp_k: Int,
+        split_k: Int, pipeline: Int = PIPE_CTA,
+    ):
+        self.bm = bm
+        self.bn = bn
+        self.bk = bk
+        self.wm = wm
+        self.wn = wn
+        self.stages = stages
+        self.warp_k = warp_k
+        self.split_k = split_k
+        self.pipeline = pipeline
+
+    def num_threads(self) -> Int:
+        """32 x (bm / wm) x (bn / wn) x warp_k."""
+        return 32 * (self.bm // self.wm) * (self.bn // self.wn) * self.warp_k
+
+    def with_stages(self, stages: Int) -> Self:
+        var c = self
+        c.stages = stages
+        return c
+
+    def with_warp_k(self, warp_k: Int) -> Self:
+        var c = self
+        c.warp_k = warp_k
+        return c
+
+    def with_split_k(self, split_k: Int) -> Self:
+        var c = self
+        c.split_k = split_k
+        return c
+
+    def is_valid(self) -> Bool:
+        """Structural checks (independent of the smem budget)."""
+        if self.wn != 64 or self.bn % self.wn != 0 or self.bn <= 0:
+            return False
+        if (self.wm != 8 and self.wm != 16 and self.wm != 32 and self.wm != 64) or self.bm % self.wm != 0 or self.bm <= 0:
+            return False
+        if self.bk != 32 and self.bk != 64 and self.bk != 128:
+            return False
+        var ktiles = self.bk // 16
+        if self.pipeline == PIPE_WARP:
+            if self.bm != self.wm or self.wm > 16 or self.warp_k < 1 or self.warp_k > 8:
+                return False
+        elif self.warp_k < 1 or ktiles % self.warp_k != 0 or (self.warp_k & (self.warp_k - 1)) != 0:
+            return False
+        if self.stages < 2 or self.split_k < 1 or self.split_k > 8:
+            return False
+        return self.num_threads() <= 1024
+
+    def write_to(self, mut writer: Some[Writer]):
+        writer.write(
+            "BMxBNxBK=", self.bm, "x", self.bn, "x", self.bk,
+            " WMxWN=", self.wm, "x", self.wn,
+            " stages=", self.stages, " warp_k=", self.warp_k, " split_k=", self.split_k,
+            " pipe=", "warp" if self.pipeline == PIPE_WARP else "cta",
+        )
+
+
+def scale_rows_per_stage(bk: Int, group_size: Int) -> Int:
+    """Group-parameter rows one pipeline stage needs (0: per-channel, read outside the ring)."""
+    if group_size <= 0:
+        return 0
+    return max(1, bk // group_size)
+
+
+def warp_stage_bytes(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> Int:
+    """PIPE_WARP: bytes of one warp's stage: per lane bk bytes of packed weights and 16 bytes
+    per group row of scales (and zeros); the warp's wm activation rows of bk (+8) elements."""
+    var u = cfg.bk // 16
+    var gs = 0 if group_size <= 0 else max(1, cfg.bk // group_size)
+    return 32 * (u * 16 + gs * 16 * (2 if has_zeros else 1)) + cfg.wm * (cfg.bk + 8) * 2
+
+
+def smem_usage(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> Int:
+    """Dynamic shared memory (bytes) the kernel needs for `cfg` (formula in the module doc;
+    PIPE_WARP: warps x stages x warp_stage_bytes for the ring)."""
+    var red = max(cfg.warp_k - 1, 1) * cfg.bm * cfg.bn * 4
+    if cfg.pipeline == PIPE_WARP:
+        var warps = (cfg.bn // 64) * cfg.warp_k
+        return max(warps * cfg.stages * warp_stage_bytes(cfg, group_size, has_zeros), red)
+    var w_stage = (cfg.bn // 64) * (cfg.bk // 16) * 512
+    var x_stage = cfg.bm * (cfg.bk + 8) * 2
+    var s_stage = scale_rows_per_stage(cfg.bk, group_size) * cfg.bn * 2 * (2 if has_zeros else 1)
+    var ring = cfg.stages * (w_stage + x_stage + s_stage)
+    return max(ring, red)
+
+
+def try_resolve_config(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, budget: Int) -> Int4GemmConfig:
+    """`cfg` shrunk until it fits `budget` bytes of shared memory, or stages == 0 if nothing fits.
+
+    Order (as MAX's multistage_gemm_q): first fewer pipeline stages (down to MIN_STAGES, never
+    more than requested), then half the warp-k partitions with the stage search restarted from
+    the requested depth, and so on down to one partition.
+    """
+    var warp_k = cfg.warp_k
+    while warp_k >= 1:
+        var s = cfg.stages
+        var lowest = min(MIN_STAGES, cfg.stages)
+        while s >= lowest:
+            var c = cfg.with_warp_k(warp_k).with_stages(s)
+            if smem_usage(c, group_size, has_zeros) <= budget:
+                return c
+            s -= 1
+        warp_k //= 2
+    return cfg.with_stages(0)
+
+
+def resolve_config(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, budget: Int) raises -> Int4GemmConfig:
+    """Like `try_resolve_config`, but raises a clear Error when no variant fits the budget."""
+    if not cfg.is_valid():
+        raise Error("multistage_gemm_q: invalid tile config ", cfg)
+    var r = try_resolve_config(cfg, group_size, has_zeros, budget)
+    if r.stages == 0:
+        var smallest = cfg.with_warp_k(1).with_stages(min(MIN_STAGES, cfg.stages))
+        raise Error(
+            "multistage_gemm_q: tile config ", cfg, " does not fit the shared-memory budget of ",
+            budget, " bytes even with ", smallest.stages, " stages and 1 warp-k partition (needs ",
+            smem_usage(smallest, group_size, has_zeros), " bytes)",
+        )
+    return r
+
+
+# ---- wgmma kernel (`gpu_wgmma.mojo`, sm_90a) ------------------------------------------------
+
+comptime WG_BK = 64
+"""K per pipeline stage of the wgmma kernel: one 128-byte (128B-swizzle) row of bf16/fp16."""
+comptime WG_KT = WG_BK // 16
+"""Packed 16(K) x 64(N) tiles per band per stage (k16 steps per stage)."""
+
+
+struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
+    """Tile configuration of `int4_gemm_wgmma_kernel` (weights on wgmma's M side, tokens on N).
+
+    nt: tokens per CTA = the wgmma N (64 or 128).
+    fpw: packed words per lane a warp turns into A fragments per k16 step (2 or 4). A warp
+         owns fpw m16 blocks of one 64-column band, so a consumer warpgroup covers 64 * fpw
+         output columns (fpw wgmma m64 x nt x k16 per k16 step, fp32 accumulators
+         fpw * nt / 2 per thread).
+    nwg: consumer warpgroups (1 or 2), each on its own columns; plus one producer warpgroup.
+    stages: depth of the TMA / bulk-copy ring (WG_BK = 64 per stage).
+    split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
+    """
+
+    var nt: Int
+    var fpw: Int
+    var nwg: Int
+    var stages: Int
+    var split_k: Int
+
+    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, split_k: Int = 0):
+        self.nt = nt
+        self.fpw = fpw
+        self.nwg = nwg
+        self.stages = stages
+        self.split_k = split_k
+
+    def bands(self) -> Int:
+        """64-column bands per CTA."""
+        return self.nwg * self.fpw
+
+    def bn(self) -> Int:
+        return 64 * self.bands()
+
+    def num_threads(self) -> Int:
+        return 128 * (1 + self.nwg)
+
+    def acc_regs(self) -> Int:
+        """fp32 accumulator registers per consumer thread."""
+        return self.fpw * self.nt // 2
+
+    def with_stages(self, stages: Int) -> Self:
+        var c = self
+        c.stages = stages
+        return c
+
+    def with_split_k(self, split_k: Int) -> Self:
+        var c = self
+        c.split_k = split_k
+        return c
+
+    def is_valid(self) -> Bool:
+        if self.nt != 64 and self.nt != 128:
+            return False
+        if self.fpw != 2 and self.fpw != 4:
+            return False
+        if self.nwg < 1 or self.nwg > 2 or self.acc_regs() > 128:
+            return False
+        return self.stages >= 2 and self.split_k >= 0 and self.split_k <= 8
+
+    def write_to(self, mut writer: Some[Writer]):
+        writer.write(
+            "wgmma BMxBNxBK=", self.nt, "x", self.bn(), "x", WG_BK, " fpw=", self.fpw,
+            " wg=", self.nwg, " stages=", self.stages, " split_k=", self.split_k,
+        )
+
+
+def wgmma_scale_rows(group_size: Int) -> Int:
+    """Group-parameter rows per stage (per-channel: the one row, re-read every stage)."""
+    if group_size <= 0:
+        return 1
+    return max(1, WG_BK // group_size)
+
+
+def wgmma_stage_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
+    """One ring stage: activations nt x 64 (TMA, 128B swizzle), packed weights bands x 4 tiles,
+    scale rows (and zero rows) of the CTA's columns."""
+    var x = cfg.nt * WG_BK * 2
+    var w = cfg.bands() * WG_KT * 512
+    var s = wgmma_scale_rows(group_size) * cfg.bn() * 2 * (2 if has_zeros else 1)
+    return x + w + s
+
+
+def wgmma_ring_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
+    """Ring (every region a multiple of 1 KiB) or the split-K reduction buffer, the larger."""
+    var x = cfg.stages * cfg.nt * WG_BK * 2
+    var w = cfg.stages * cfg.bands() * WG_KT * 512
+    var s = cfg.stages * wgmma_scale_rows(group_size) * cfg.bn() * 2
+    var ring = x + w + s * (2 if has_zeros else 1)
+    var red = cfg.nwg * 128 * cfg.acc_regs() * 4
+    return (max(ring, red) + 1023) // 1024 * 1024
+
+
+def wgmma_smem_usage(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
+    """Dynamic shared memory of the wgmma kernel: ring (or reduction buffer) + 2 mbarriers per stage."""
+    return wgmma_ring_bytes(cfg, group_size, has_zeros) + 16 * cfg.stages
+
+
+def try_resolve_wgmma_config(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool, budget: Int) -> Int4WgmmaConfig:
+    """`cfg` with as many stages as fit `budget` (never more than requested, at least 2), or
+    stages == 0 if even 2 do not fit."""
+    var s = cfg.stages
+    while s >= 2:
+        var c = cfg.with_stages(s)
+        if wgmma_smem_usage(c, group_size, has_zeros) <= budget:
+            return c
+        s -= 1
+    return cfg.with_stages(0)

@@ -1,0 +1,260 @@
+"""Host side of the W4A16 tensor-core path: picks a tile config by M (and N, K), resolves it
+against the shared-memory budget, chooses the cluster split-K, launches `gpu_mma`'s kernel.
+
+Entry point: `int4_gemm_gpu` (shapes and dtypes in its docstring). `int4_gemm_gpu_config`
+describes the launch it would make, for benchmark records.
+"""
+
+from max.gpu.host import DeviceContext, FuncAttribute, Dim
+from std.math import ceildiv
+
+from .config import (
+    Int4GemmConfig,
+    SMEM_BUDGET_SM90,
+    smem_usage,
+    try_resolve_config,
+    PIPE_WARP,
+)
+from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
+
+# Tile table, by tokens per call and output bands (64 columns each); every warp owns one band.
+# Chosen from the sweeps in benchmarks/NOTES.md (H200, 8 Llama-3 layers).
+comptime CFG_M8 = Int4GemmConfig(bm=8, bn=128, bk=128, wm=8, wn=64, stages=4, warp_k=2, split_k=1, pipeline=PIPE_WARP)
+"""M <= 8 (decode): barrier-free per-warp streams, 2 bands x 2 K parts = 4 warps, 3 chunks of
+8 packed tiles in flight per warp; ~106 KB smem, 2 CTAs per SM."""
+comptime CFG_M8_NARROW = Int4GemmConfig(bm=8, bn=64, bk=64, wm=8, wn=64, stages=6, warp_k=4, split_k=1, pipeline=PIPE_WARP)
+"""M <= 8 and at most 64 bands (N <= 4096): 1 band x 4 K parts, more CTAs per band."""
+comptime CFG_M16 = Int4GemmConfig(bm=16, bn=128, bk=128, wm=16, wn=64, stages=4, warp_k=2, split_k=1, pipeline=PIPE_WARP)
+"""9 <= M <= 16: as CFG_M8 with two n8 token tiles per warp."""
+comptime CFG_M16_NARROW = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=5, warp_k=4, split_k=1, pipeline=PIPE_WARP)
+"""9 <= M <= 16 and at most 64 bands."""
+comptime CFG_M32 = Int4GemmConfig(bm=32, bn=256, bk=128, wm=32, wn=64, stages=4, warp_k=2, split_k=1)
+"""17 <= M <= 32: CTA-wide ring, 4 bands x 2 warp-k partitions."""
+comptime CFG_M64 = Int4GemmConfig(bm=64, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=2, split_k=1)
+"""33 <= M <= 64: 4 bands x 2 partitions; 128 fp32 accumulators per thread (1 CTA per SM)."""
+comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=1, split_k=1)
+"""M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
+comptime NARROW_BANDS = 64
+"""Up to this many bands, small M uses the one-band-per-CTA configs."""
+
+
+def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """(variant, split_k) measured best on the H200 for the Llama-3 layer shapes of
+    benchmarks/NOTES.md (MAX's own qint4 dispatch is keyed on (K, N) the same way);
+    (-1, 0) elsewhere: then the band-count rule and `choose_split_k` decide.
+    variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config; 17..64: 0 = CFG_M64,
+    1 = CFG_M32 (two 32-token M-blocks)."""
+    if m <= 8:
+        if kp == 4096:
+            if n == 6144:
+                return (0, 4)
+            if n == 4096:
+                return (1, 2)
+            if n == 28672:
+                return (0, 1)
+        elif kp == 14336 and n == 4096:
+            return (1, 2)
+        elif kp == 8192:
+            if n == 10240:
+                return (0, 4)
+            if n == 8192:
+                return (0, 2)
+            if n == 57344:
+                return (0, 2)
+        elif kp == 28672 and n == 8192:
+            return (1, 2)
+    elif m <= 16:
+        if kp == 4096:
+            if n == 6144:
+                return (1, 1)
+            if n == 4096:
+                return (1, 2)
+            if n == 28672:
+                return (0, 1)
+        elif kp == 14336 and n == 4096:
+            return (1, 2)
+        elif kp == 8192:
+            if n == 10240:
+                return (0, 1)
+            if n == 8192:
+                return (0, 2)
+            if n == 57344:
+                return (1, 1)
+        elif kp == 28672 and n == 8192:
+            return (0, 2)
+    elif m > 32 and m <= 64:
+        if (kp == 8192 and n == 8192) or (kp == 28672 and n == 8192):
+            return (1, 2)
+    return (-1, 0)
+
+
+def tile_config_for(m: Int, n: Int, kp: Int) -> Int4GemmConfig:
+    """The (unresolved) tile config used for `m` tokens, `n` output columns, `kp` inputs."""
+    var t = tuned_choice(m, n, kp)
+    var narrow = t[0] == 1 if t[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
+    if m <= 8:
+        return CFG_M8_NARROW if narrow else CFG_M8
+    if m <= 16:
+        return CFG_M16_NARROW if narrow else CFG_M16
+    if m <= 32 or (m <= 64 and t[0] == 1):
+        return CFG_M32
+    if m <= 64:
+        return CFG_M64
+    return CFG_LARGE
+
+
+def choose_split_k(cfg: Int4GemmConfig, m: Int, n: Int, kp: Int) -> Int:
+    """CTAs per cluster along K.
+
+    Measured (NOTES.md): a CTA has a fixed cost (cluster launch, pipeline fill, reductions),
+    so fewer, longer CTAs win as long as every SM gets about one; a second partial wave costs
+    far more than it saves, and clusters of 8 pack badly into the GPCs. So:
+    PIPE_WARP (2 CTAs/SM): the smallest power of two giving >= 96 CTAs (<= 8);
+    PIPE_CTA (1 CTA/SM): the largest of 1, 2, 3, 4, 6 keeping the grid <= 100 CTAs.
+    Either way each CTA keeps at least 4 stages of K."""
+    var ctas = ceildiv(ceildiv(n, 64), cfg.bn // 64) * ceildiv(m, cfg.bm)
+    var stages_total = kp // cfg.bk
+    if cfg.pipeline == PIPE_WARP:
+        var s = 1
+        while s < 8 and ctas * s < 96 and stages_total // (2 * s) >= 4:
+            s *= 2
+        return s
+    var best = 1
+    for s in [2, 3, 4, 6]:
+        if ctas * s <= 100 and stages_total // s >= 4:
+            best = s
+    return best
+
+
+def launch_int4_gemm_mma[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int, n: Int, kp: Int, np_: Int, split_k: Int,
+    ctx: DeviceContext,
+) raises:
+    """Launch the kernel with tile config `cfg` (resolved against the sm_90 smem budget at
+    compile time) and `split_k` CTAs per cluster. No checks beyond the config's own."""
+    comptime r = try_resolve_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    comptime if r.stages == 0:
+        raise Error(
+            "multistage_gemm_q: tile config ", cfg, " does not fit ", SMEM_BUDGET_SM90,
+            " bytes of shared memory with >= 3 stages and any warp-k partitioning",
+        )
+    else:
+        comptime smem = smem_usage(r, group_size, has_zeros)
+        if split_k < 1 or split_k > 8:
+            raise Error("multistage_gemm_q: split_k must be in 1..8, got ", split_k)
+        var grid = (ceildiv(ceildiv(n, 64), r.bn // 64) * split_k, ceildiv(m, r.bm))
+        var cluster = Dim(split_k, 1, 1)
+        var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
+        comptime if r.pipeline == PIPE_WARP:
+            comptime kernel = int4_gemv_kernel[dtype, group_size, has_zeros, has_bias, r]
+            if split_k == 1:
+                ctx.enqueue_function[kernel](
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+            else:
+                ctx.enqueue_function[kernel](
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split_k),
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
+                    func_attribute=attr)
+        else:
+            comptime kernel = int4_gemm_mma_kernel[dtype, group_size, has_zeros, has_bias, r]
+            if split_k == 1:
+                ctx.enqueue_function[kernel](
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+            else:
+                ctx.enqueue_function[kernel](
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split_k),
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
+                    func_attribute=attr)
+
+
+def _check_shapes(m: Int, n: Int, kp: Int, np_: Int) raises:
+    if m < 1 or n < 1:
+        raise Error("multistage_gemm_q: M and N must be >= 1, got M=", m, " N=", n)
+    if n % 8 != 0:
+        raise Error("multistage_gemm_q: N must be a multiple of 8, got ", n)
+    if kp % 128 != 0 or kp < 128:
+        raise Error("multistage_gemm_q: Kp must be a positive multiple of 128, got ", kp)
+    if np_ % 64 != 0 or np_ < n:
+        raise Error("multistage_gemm_q: Np must be a multiple of 64 and >= N, got Np=", np_, " N=", n)
+
+
+def int4_gemm_gpu[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int,
+    n: Int,
+    kp: Int,
+    ctx: DeviceContext,
+    np_: Int = -1,
+    split_k: Int = 0,
+) raises:
+    """output[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias) on the GPU (all pointers are device memory).
+
+    dtype: bfloat16 or float16 (x, scales, zeros, bias, out). qweight: uint32 [Np/64, Kp*8],
+    packed layout of int4_layout.py. scales / zeros: [Kp/g, Np] (transposed 8 x 8 inside
+    64 columns); zeros are read only when has_zeros (else z = 8), bias [N] only when has_bias.
+    group_size: 32, 64, 128 (any multiple of 16 dividing or divided by 128), or -1 = per
+    channel. N % 8 == 0, Kp % 128 == 0; np_ = 64 * qweight.dim0 (default: N rounded up to 64).
+    split_k: CTAs per cluster along K (1..8); 0 = the launcher's heuristic (`choose_split_k`).
+    """
+    var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
+    _check_shapes(m, n, kp, np_eff)
+    comptime if group_size > 0:
+        if kp % group_size != 0:
+            raise Error("multistage_gemm_q: Kp=", kp, " is not a multiple of group_size=", group_size)
+    var tuned = tuned_choice(m, n, kp)
+    var narrow = tuned[0] == 1 if tuned[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
+
+    @always_inline
+    @__parameter
+    def go[cfg: Int4GemmConfig]() raises:
+        var split = split_k
+        if split <= 0:
+            split = tuned[1] if tuned[1] > 0 else choose_split_k(cfg, m, n, kp)
+        launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+
+    if m <= 8:
+        if narrow:
+            go[CFG_M8_NARROW]()
+        else:
+            go[CFG_M8]()
+    elif m <= 16:
+        if narrow:
+            go[CFG_M16_NARROW]()
+        else:
+            go[CFG_M16]()
+    elif m <= 32 or (m <= 64 and tuned[0] == 1):
+        go[CFG_M32]()
+    elif m <= 64:
+        go[CFG_M64]()
+    else:
+        go[CFG_LARGE]()
+
+
+def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0) -> String:
+    """The launch `int4_gemm_gpu` makes for this problem, e.g. for a benchmark JSON record."""
+    var cfg = tile_config_for(m, n, kp)
+    var r = try_resolve_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    var tuned = tuned_choice(m, n, kp)
+    var split = split_k
+    if split <= 0:
+        split = tuned[1] if tuned[1] > 0 else choose_split_k(r, m, n, kp)
+    r = r.with_split_k(split)
+    return String("int4_gemm_mma ", r, " smem=", smem_usage(r, group_size, has_zeros))

@@ -1,0 +1,509 @@
+"""W4A16 wgmma kernel of `multistage_gemm_q` for Hopper (sm_90a): `int4_gemm_wgmma_kernel`.
+
+    C[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias[N]),  W[n, k] = (q[n, k] - z) · s[k // g, n]
+
+Same operands, layout and math as `gpu_mma.mojo` (see there and int4_layout.py); fp32
+accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N).
+
+Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized weights):
+- The weights are wgmma's A operand (m64 = output columns), the activations its B operand
+  (n = tokens, K-major, read by wgmma straight from a 128B-swizzled shared-memory tile).
+- wgmma's register-A fragment of a 64 x 16 block is, per warp w of the warpgroup, the
+  mma.m16n8k16 A fragment of rows 16w..16w+15: exactly what one 4-byte word of a lane's
+  16-byte slice of a packed 16(K) x 64(N) tile holds (word j = column block 16j..16j+15). So
+  warp w of a warpgroup may supply *any* 16 columns: warp w owns fpw words (m16 blocks) of one
+  band, and wgmma i of a k16 step multiplies, in warp w, block jb(w) + i of band b(w). One
+  warpgroup thus covers 64 * fpw columns with fpw wgmma per k16 step and one 8- or 16-byte
+  shared-memory load per lane per packed tile (no bank conflicts for fpw = 4, 2-way for 2).
+- Dequant in registers, per packed word: 4 x (shift/lop3 to (magic + q) pairs, sub
+  (magic + z), mul s) in bf16x2 / f16x2 (exact up to the one rounding of (q - z) * s).
+- Warp specialization: warpgroup 0 is the producer (warp 0: the x tile by TMA, the packed
+  tiles and the scale / zero rows by 1-D bulk copies, all completing on one "full" mbarrier per
+  stage); warpgroups 1..nwg consume (setmaxnreg 40 / 232 with two consumers). A consumer
+  releases a stage ("empty" mbarrier, one arrival per consumer warpgroup) once the wgmma group
+  of its last k16 step has retired.
+- wgmma pipelining: per k16 step: dequant -> wgmma.fence -> fpw wgmma -> commit ->
+  wait_group 1, so the dequant of step t+1 overlaps the tensor-core work of step t.
+- Split K (M <= 256 on small layers): `split_k` CTAs of a thread-block cluster, reduced
+  through distributed shared memory as in gpu_mma (the ring is reused as the buffer).
+- Grid order for split_k == 1: groups of 8 M-tiles walk the N-tiles, so a wave re-uses both
+  its x tiles and its weight tiles from L2.
+- Every mbarrier wait is bounded (2 s of %globaltimer, then `trap`): a pipeline bug aborts the
+  launch with an error instead of hanging the GPU.
+"""
+
+from max.gpu import thread_idx, block_idx, grid_dim, barrier, MAX_THREADS_PER_BLOCK_METADATA
+from max.gpu.sync import syncwarp
+from max.gpu.host import DeviceContext, FuncAttribute, Dim
+from max.gpu.host.nvidia.tma import TensorMapSwizzle
+from max.gpu.memory import AddressSpace, external_memory
+from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
+from max.gpu.compute.mma import wgmma_fence_aligned, wgmma_commit_group_sync, wgmma_wait_group_sync
+from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
+from layout import TileTensor, Coord, row_major
+from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
+from layout.tensor_core_async import tile_layout_k_major_typed
+from std.utils.static_tuple import StaticTuple
+from std.sys import inlined_assembly, _RegisterPackType
+from std.memory import bitcast
+from std.math import ceildiv
+
+from .config import (
+    Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
+    wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config,
+)
+from .gpu_mma import magic_value, nibble_pair
+
+comptime F32 = DType.float32
+comptime SW128 = TensorMapSwizzle.SWIZZLE_128B
+comptime RASTER_GROUP_M = 8
+"""split_k == 1: M-tiles per raster group (see the module doc)."""
+comptime WAIT_LIMIT_NS = 2_000_000_000
+"""An mbarrier wait longer than this traps (a bug, never a legitimate wait)."""
+
+
+# ---- small PTX helpers -------------------------------------------------------------------
+@always_inline
+def _globaltimer() -> UInt64:
+    return inlined_assembly["mov.u64 $0, %globaltimer;", UInt64, constraints="=l", has_side_effect=True]()
+
+
+@always_inline
+def _trap():
+    inlined_assembly["trap;", NoneType, constraints="", has_side_effect=True]()
+
+
+@always_inline
+def _mbar_try_wait(addr: UInt32, parity: UInt32) -> Bool:
+    """mbarrier.try_wait.parity (acquire, CTA scope); the memory clobber keeps later shared-memory
+    loads below it."""
+    var r = inlined_assembly[
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.u32 $0, 1, 0, p;\n}",
+        UInt32,
+        constraints="=r,r,r,~{memory}",
+        has_side_effect=True,
+    ](addr, parity)
+    return r != 0
+
+
+@always_inline
+def _mbar_wait(addr: UInt32, parity: UInt32):
+    """Wait for the phase of parity `parity` of the mbarrier at shared address `addr`; trap after
+    WAIT_LIMIT_NS (a deadlock would otherwise hang the device)."""
+    if _mbar_try_wait(addr, parity):
+        return
+    var t0 = _globaltimer()
+    while not _mbar_try_wait(addr, parity):
+        if _globaltimer() - t0 > UInt64(WAIT_LIMIT_NS):
+            _trap()
+
+
+@always_inline
+def _fence_mbarrier_init():
+    inlined_assembly["fence.mbarrier_init.release.cluster;", NoneType, constraints="~{memory}", has_side_effect=True]()
+
+
+@always_inline
+def _bulk_g2s(dst: UInt32, src: UInt64, nbytes: Int, mbar: UInt32):
+    """1-D bulk async copy global -> this CTA's shared memory, completing `nbytes` of transaction
+    count on the mbarrier at `mbar` (16-byte aligned addresses, nbytes % 16 == 0)."""
+    inlined_assembly[
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+        NoneType,
+        constraints="r,l,r,r,~{memory}",
+        has_side_effect=True,
+    ](dst, src, UInt32(nbytes), mbar)
+
+
+@always_inline
+def _saddr[T: AnyType](p: Pointer[T, MutUntrackedOrigin, address_space=AddressSpace.SHARED]) -> UInt32:
+    return UInt32(Int(p))
+
+
+@always_inline
+def _gaddr[T: AnyType](p: Pointer[T, MutAnyOrigin]) -> UInt64:
+    return UInt64(Int(p))
+
+
+@always_inline
+def _x_desc(addr: UInt32) -> Int64:
+    """wgmma shared-memory descriptor of a K-major, 128B-swizzled tile of rows of 64 bf16/fp16
+    (1 KiB-aligned): start >> 4, LBO 16 B (unused), SBO 1024 B (8 rows), swizzle mode 1."""
+    return Int64((Int(addr) & 0x3FFFF) >> 4) | (Int64(1) << 16) | (Int64(64) << 32) | (Int64(1) << 62)
+
+
+@always_inline
+def _pin4(v: SIMD[DType.uint32, 4]) -> SIMD[DType.uint32, 4]:
+    """Empty asm that 'redefines' v: everything computing v is scheduled before this point
+    (keeps the dequant and descriptor math out of the wgmma.fence ... wgmma region)."""
+    var r = inlined_assembly[
+        "", _RegisterPackType[UInt32, UInt32, UInt32, UInt32], constraints="=r,=r,=r,=r,0,1,2,3", has_side_effect=True
+    ](v[0], v[1], v[2], v[3])
+    return SIMD[DType.uint32, 4](r[0], r[1], r[2], r[3])
+
+
+@always_inline
+def _pin64(v: Int64) -> Int64:
+    return inlined_assembly["", Int64, constraints="=l,0", has_side_effect=True](v)
+
+
+@always_inline
+def _dq_word[dtype: DType](w: UInt32, s: SIMD[dtype, 2], zm: SIMD[dtype, 2]) -> SIMD[DType.uint32, 4]:
+    """wgmma / mma.m16n8k16 A fragment {a0, a1, a2, a3} of one packed word, dequantized:
+    ((magic + q) - (magic + z)) * s; s / zm: [row l/4, row l/4 + 8]."""
+    var s_lo = SIMD[dtype, 2](s[0])
+    var s_hi = SIMD[dtype, 2](s[1])
+    var z_lo = SIMD[dtype, 2](zm[0])
+    var z_hi = SIMD[dtype, 2](zm[1])
+    var a0 = (nibble_pair[dtype, 0](w) - z_lo) * s_lo    # row l/4,     k 2(l%4) + {0, 1}
+    var a1 = (nibble_pair[dtype, 8](w) - z_hi) * s_hi    # row l/4 + 8
+    var a2 = (nibble_pair[dtype, 4](w) - z_lo) * s_lo    # row l/4,     k + 8
+    var a3 = (nibble_pair[dtype, 12](w) - z_hi) * s_hi   # row l/4 + 8, k + 8
+    return bitcast[DType.uint32, 4](a0.join(a1).join(a2.join(a3)))
+
+
+@always_inline
+def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: SIMD[F32, nt // 2]) -> SIMD[F32, nt // 2]:
+    comptime ab = "bf16" if dtype == DType.bfloat16 else "f16"
+    comptime if nt == 64:
+        return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n64[ab](a, bdesc, rebind[SIMD[F32, 32]](c)))
+    else:
+        comptime assert nt == 128, "wgmma kernel: nt must be 64 or 128"
+        return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n128[ab](a, bdesc, rebind[SIMD[F32, 64]](c)))
+
+
+# ---- the kernel ------------------------------------------------------------------------------
+@__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(cfg.num_threads())),
+    `nvvm.minctasm`=SIMDLength(1),
+)
+def int4_gemm_wgmma_kernel[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig,
+    x_tile: Coord, x_desc: Coord,
+](
+    x_tma: TMATensorTile[dtype, x_tile, x_desc],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    qw_ptr: Pointer[UInt32, MutAnyOrigin],
+    s_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    z_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    m_dim: Int32,
+    n_dim: Int32,
+    kp_dim: Int32,
+    np_dim: Int32,
+    split_k: Int32,
+):
+    """One CTA: tokens [m0, m0 + nt) x bands [band0, band0 + nwg * fpw) x its K share.
+
+    Grid: (ceil(ceil(N/64) / bands) * split_k, ceil(M / nt)), cluster (split_k, 1, 1) when
+    split_k > 1; block cfg.num_threads(); dynamic smem config.wgmma_smem_usage(...).
+    group_size <= 0: per channel (one scale row).
+    """
+    comptime NT = cfg.nt
+    comptime FPW = cfg.fpw
+    comptime NWG = cfg.nwg
+    comptime NB = cfg.bands()
+    comptime S = cfg.stages
+    comptime KT = WG_KT
+    comptime PER_CHANNEL = group_size <= 0
+    comptime SR = wgmma_scale_rows(group_size)
+    comptime NACC = NT // 2  # fp32 accumulators per wgmma per thread
+    comptime NQ4 = NT // 8  # quads (n8 token groups) per wgmma
+    comptime NCT = NWG * 128  # consumer threads
+    comptime X_STAGE = NT * WG_BK  # elements
+    comptime W_STAGE = NB * KT * 512  # bytes
+    comptime S_ROW = NB * 64  # elements per scale row of the CTA
+    comptime S_STAGE = SR * S_ROW  # elements
+    comptime X_BYTES = S * X_STAGE * 2
+    comptime W_BYTES = S * W_STAGE
+    comptime S_BYTES = S * S_STAGE * 2
+    comptime BAR_OFF = wgmma_ring_bytes(cfg, group_size, has_zeros)
+    comptime STAGE_TX = X_STAGE * 2 + W_STAGE + S_STAGE * 2 * (2 if has_zeros else 1)
+    comptime assert cfg.is_valid(), "invalid Int4WgmmaConfig"
+    comptime assert PER_CHANNEL or (group_size % 16 == 0 and (WG_BK % group_size == 0 or group_size % WG_BK == 0)), "group_size"
+    comptime assert dtype == DType.bfloat16 or dtype == DType.float16, "bf16 / fp16 only"
+
+    var smem = external_memory[UInt8, address_space=AddressSpace.SHARED, alignment=1024]()
+    var x_s = smem.unsafe_bitcast[Scalar[dtype]]()
+    var w_s = smem.unsafe_offset(X_BYTES)
+    var s_s = smem.unsafe_offset(X_BYTES + W_BYTES).unsafe_bitcast[Scalar[dtype]]()
+    var z_s = smem.unsafe_offset(X_BYTES + W_BYTES + S_BYTES).unsafe_bitcast[Scalar[dtype]]()
+    var full = smem.unsafe_offset(BAR_OFF).unsafe_bitcast[SharedMemBarrier]()
+    var empty = full.unsafe_offset(S)
+    var red_s = smem.unsafe_bitcast[Float32]()  # split-K partials, once the ring is drained
+
+    var tid = thread_idx.x
+    var lane = tid % 32
+    var m = Int(m_dim)
+    var n = Int(n_dim)
+    var kp = Int(kp_dim)
+    var np_ = Int(np_dim)
+    var nsplit = Int(split_k)
+    var nbands = ceildiv(n, 64)
+    var npb = np_ // 64  # bands present in memory (>= nbands)
+    var ntn = ceildiv(nbands, NB)
+
+    # CTA -> (N-tile, M-tile, K part)
+    var ks = 0
+    var tn: Int
+    var tm: Int
+    if nsplit == 1:
+        var ntm = ceildiv(m, NT)
+        var lin = block_idx.y * grid_dim.x + block_idx.x
+        var per_group = RASTER_GROUP_M * ntn
+        var first = (lin // per_group) * RASTER_GROUP_M
+        var gm = min(ntm - first, RASTER_GROUP_M)
+        var r = lin % per_group
+        tm = first + r % gm
+        tn = r // gm
+    else:
+        ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
+        tn = block_idx.x // nsplit
+        tm = block_idx.y
+    var band0 = tn * NB
+    var m0 = tm * NT
+    var total_st = kp // WG_BK
+    var st_begin = ks * total_st // nsplit
+    var nst = (ks + 1) * total_st // nsplit - st_begin
+
+    if tid == 0:
+        comptime for s in range(S):
+            full[unsafe_offset=s].init(1)
+            empty[unsafe_offset=s].init(Int32(NWG))
+        _fence_mbarrier_init()
+    barrier()
+
+    var wg = tid // 128
+    if wg == 0:
+        # ------------------------------ producer ------------------------------
+        comptime if NWG > 1:
+            warpgroup_reg_dealloc[40]()
+        if tid < 32:
+            comptime xlay = tile_layout_k_major_typed[dtype, NT, WG_BK, SW128]
+            var contiguous = band0 + NB <= npb  # every band of the CTA is in memory
+            var per_row = 1 if contiguous else NB
+            var nsc = SR * per_row
+            var ncopies = NB + nsc * (2 if has_zeros else 1)
+            for it in range(nst):
+                var s = it % S
+                if it >= S:
+                    _mbar_wait(_saddr(empty.unsafe_offset(s)), UInt32(((it // S) & 1) ^ 1))
+                var st = st_begin + it
+                var fb = _saddr(full.unsafe_offset(s))
+                if lane == 0:
+                    full[unsafe_offset=s].expect_bytes(Int32(STAGE_TX))
+                    var dst = TileTensor(x_s.unsafe_offset(s * X_STAGE), xlay)
+                    x_tma.async_copy(dst, full[unsafe_offset=s], (st * WG_BK, m0))
+                syncwarp()
+                var grp0 = 0
+                comptime if not PER_CHANNEL:
+                    grp0 = st * WG_BK // group_size
+                var c = lane
+                while c < ncopies:
+                    if c < NB:
+                        # packed tiles of band band0 + c for this stage: KT * 512 contiguous bytes
+                        var band = min(band0 + c, npb - 1)
+                        var src = qw_ptr.unsafe_offset(band * kp * 8 + st * KT * 128)
+                        _bulk_g2s(_saddr(w_s.unsafe_offset(s * W_STAGE + c * KT * 512)), _gaddr(src), KT * 512, fb)
+                    else:
+                        var e = c - NB
+                        var is_z = e >= nsc
+                        if is_z:
+                            e -= nsc
+                        var r = e // per_row
+                        var b = e % per_row
+                        var band = band0 if contiguous else min(band0 + b, npb - 1)
+                        var goff = (grp0 + r) * np_ + band * 64
+                        var soff = s * S_STAGE + r * S_ROW + b * 64
+                        var nbytes = (NB if contiguous else 1) * 128
+                        if is_z:
+                            _bulk_g2s(_saddr(z_s.unsafe_offset(soff)), _gaddr(z_ptr.unsafe_offset(goff)), nbytes, fb)
+                        else:
+                            _bulk_g2s(_saddr(s_s.unsafe_offset(soff)), _gaddr(s_ptr.unsafe_offset(goff)), nbytes, fb)
+                    c += 32
+        if nsplit > 1:  # the consumers' epilogue barriers
+            barrier()
+            cluster_sync()
+            cluster_sync()
+    else:
+        # ------------------------------ consumers ------------------------------
+        comptime if NWG > 1:
+            warpgroup_reg_alloc[232]()
+        var cw = tid - 128  # consumer thread index
+        var wl = (cw // 32) % 4
+        var band_local = (cw // 128) * FPW + (wl * FPW) // 4  # this warp's band in the CTA
+        var jb = (wl * FPW) % 4  # its first m16 block (packed word) in the band
+        var acc = Array[SIMD[F32, NACC], FPW](fill=SIMD[F32, NACC](0))
+        var magic = magic_value[dtype]()
+        var zconst = SIMD[dtype, 2 * FPW]((magic + 8.0).cast[dtype]())
+        var w_lane = band_local * KT * 512 + lane * 16 + jb * 4  # bytes in a stage
+        var s_lane = band_local * 64 + 8 * (lane // 4) + 2 * jb  # elements in a scale row
+        for it in range(nst):
+            var s = it % S
+            _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
+            var xd = _x_desc(_saddr(x_s.unsafe_offset(s * X_STAGE)))
+            var wp = w_s.unsafe_offset(s * W_STAGE + w_lane)
+            var sp = s_s.unsafe_offset(s * S_STAGE + s_lane)
+            var zp = z_s.unsafe_offset(s * S_STAGE + s_lane)
+            var sv = SIMD[dtype, 2 * FPW](0)
+            var zv = zconst
+            comptime for t in range(KT):
+                comptime srow = 0 if (PER_CHANNEL or group_size >= WG_BK) else (t * 16) // group_size
+                comptime if t == 0 or (not PER_CHANNEL and group_size < WG_BK and (t * 16) % group_size == 0):
+                    sv = sp.unsafe_offset(srow * S_ROW).unsafe_load[width=2 * FPW, alignment=4 * FPW]()
+                    comptime if has_zeros:
+                        zv = zp.unsafe_offset(srow * S_ROW).unsafe_load[width=2 * FPW, alignment=4 * FPW]() + magic.cast[dtype]()
+                var words = wp.unsafe_offset(t * 512).unsafe_bitcast[UInt32]().unsafe_load[width=FPW, alignment=4 * FPW]()
+                var afr = Array[SIMD[DType.uint32, 4], FPW](uninitialized=True)
+                comptime for i in range(FPW):
+                    afr[i] = _dq_word[dtype](
+                        words[i],
+                        SIMD[dtype, 2](sv[2 * i], sv[2 * i + 1]),
+                        SIMD[dtype, 2](zv[2 * i], zv[2 * i + 1]),
+                    )
+                comptime for i in range(FPW):
+                    afr[i] = _pin4(afr[i])
+                var bd = _pin64(xd + Int64(2 * t))
+                wgmma_fence_aligned()
+                comptime for i in range(FPW):
+                    acc[i] = _wgmma_rs[NT, dtype](afr[i], bd, acc[i])
+                wgmma_commit_group_sync()
+                wgmma_wait_group_sync[0]()
+                comptime if t == 0:
+                    # every wgmma of the previous stage has retired: hand its slot back
+                    if it > 0 and cw % 128 == 0:
+                        _ = empty[unsafe_offset=(it + S - 1) % S].arrive()
+        wgmma_wait_group_sync[0]()
+
+        # ---------------------------- epilogue ----------------------------
+        if nsplit > 1:
+            barrier()  # both consumer warpgroups are done with the ring: reuse it
+            comptime for i in range(FPW):
+                comptime for j in range(NQ4):
+                    var v = SIMD[F32, 4](acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3])
+                    red_s.unsafe_offset(((i * NQ4 + j) * NCT + cw) * 4).unsafe_store[alignment=16](v)
+            cluster_sync()
+            comptime for i in range(FPW):
+                comptime for j in range(NQ4):
+                    if (i * NQ4 + j) % nsplit == ks:
+                        var tot = SIMD[F32, 4](0)
+                        for r in range(nsplit):
+                            tot += load_cluster_smem[F32, 4](red_s.unsafe_offset(((i * NQ4 + j) * NCT + cw) * 4), UInt32(r))
+                        comptime for e in range(4):
+                            acc[i][4 * j + e] = tot[e]
+            cluster_sync()  # peers' shared memory must outlive every remote read
+
+        var lane_row = lane // 4
+        var lane_col = lane % 4
+        var ncol0 = (band0 + band_local) * 64 + lane_row
+        comptime for i in range(FPW):
+            var n_lo = ncol0 + 16 * (jb + i)
+            var n_hi = n_lo + 8
+            var bl: Float32 = 0
+            var bh: Float32 = 0
+            comptime if has_bias:
+                if n_lo < n:
+                    bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
+                if n_hi < n:
+                    bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
+            comptime for j in range(NQ4):
+                if nsplit == 1 or (i * NQ4 + j) % nsplit == ks:
+                    var tok = m0 + 8 * j + 2 * lane_col
+                    var v0 = acc[i][4 * j] + bl
+                    var v1 = acc[i][4 * j + 1] + bl
+                    var v2 = acc[i][4 * j + 2] + bh
+                    var v3 = acc[i][4 * j + 3] + bh
+                    if tok < m:
+                        if n_lo < n:
+                            c_ptr[unsafe_offset=tok * n + n_lo] = v0.cast[dtype]()
+                        if n_hi < n:
+                            c_ptr[unsafe_offset=tok * n + n_hi] = v2.cast[dtype]()
+                    if tok + 1 < m:
+                        if n_lo < n:
+                            c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = v1.cast[dtype]()
+                        if n_hi < n:
+                            c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = v3.cast[dtype]()
+
+
+# ---- host side -------------------------------------------------------------------------------
+def choose_wgmma_split_k(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
+    """CTAs per cluster along K: one CTA per SM (~200 KB of smem each), so the largest split
+    that keeps the grid within one wave of 132 SMs (<= 120 for clusters above 4, which pack
+    less well into the GPCs) and >= 4 stages (256 of K) per CTA."""
+    var ctas = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
+    var stages_total = kp // WG_BK
+    var best = 1
+    for s in range(2, 9):
+        var cap = 132 if s <= 4 else 120
+        if ctas * s <= cap and stages_total // s >= 4:
+            best = s
+    return best
+
+
+def launch_int4_gemm_wgmma[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int, n: Int, kp: Int, np_: Int, split_k: Int,
+    ctx: DeviceContext,
+) raises:
+    """Launch `int4_gemm_wgmma_kernel` with `cfg` (stages resolved against the sm_90 smem budget
+    at compile time). split_k: 1..8, or 0 for `choose_wgmma_split_k`."""
+    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    comptime if r.stages == 0:
+        raise Error("multistage_gemm_q: wgmma config ", cfg, " does not fit the shared-memory budget")
+    else:
+        comptime smem = wgmma_smem_usage(r, group_size, has_zeros)
+        var split = split_k if split_k > 0 else choose_wgmma_split_k(r, m, n, kp)
+        if split < 1 or split > 8:
+            raise Error("multistage_gemm_q: split_k must be in 1..8, got ", split)
+        var xt = TileTensor(x, row_major(Coord(m, kp)))
+        var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
+        comptime kernel = int4_gemm_wgmma_kernel[
+            dtype, group_size, has_zeros, has_bias, r, type_of(tma).tile_shape, type_of(tma).desc_shape
+        ]
+        var ntn = ceildiv(ceildiv(n, 64), r.bands())
+        var grid = (ntn * split, ceildiv(m, r.nt))
+        var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
+        if split == 1:
+            ctx.enqueue_function[kernel](
+                tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+                grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+        else:
+            ctx.enqueue_function[kernel](
+                tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
+                grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=Dim(split, 1, 1),
+                func_attribute=attr)
+
+
+# ---- generated: register-A wgmma wrappers (one per wgmma N) ---------------------------------
+
+@always_inline
+def _wgmma_rs_n64[ab: StaticString](a: SIMD[DType.uint32, 4], bdesc: Int64, c: SIMD[F32, 32]) -> SIMD[F32, 32]:
+    """wgmma.mma_async m64n64k16, A from registers (this warp's m16 x k16 fragment), B from the
+    shared-memory descriptor `bdesc` (K-major), D = A * B + D in fp32."""
+    var o = inlined_assembly[
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." + ab + "." + ab
+        + " {$0, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31}, {$32, $33, $34, $35}, $36, p, 1, 1, 0;\n}",
+        _RegisterPackType[Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32],
+        constraints="=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,l,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31",
+    ](a[0], a[1], a[2], a[3], bdesc, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16], c[17], c[18], c[19], c[20], c[21], c[22], c[23], c[24], c[25], c[26], c[27], c[28], c[29], c[30], c[31])
+    return SIMD[F32, 32](o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[20], o[21], o[22], o[23], o[24], o[25], o[26], o[27], o[28], o[29], o[30], o[31])
+
+@always_inline
+def _wgmma_rs_n128[ab: StaticString](a: SIMD[DType.uint32, 4], bdesc: Int64, c: SIMD[F32, 64]) -> SIMD[F32, 64]:
+    """wgmma.mma_async m64n128k16, A from registers (this warp's m16 x k16 fragment), B from the
+    shared-memory descriptor `bdesc` (K-major), D = A * B + D in fp32."""
+    var o = inlined_assembly[
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." + ab + "." + ab
+        + " {$0, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45, $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59, $60, $61, $62, $63}, {$64, $65, $66, $67}, $68, p, 1, 1, 0;\n}",
+        _RegisterPackType[Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32],
+        constraints="=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,l,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63",
+    ](a[0], a[1], a[2], a[3], bdesc, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16], c[17], c[18], c[19], c[20], c[21], c[22], c[23], c[24], c[25], c[26], c[27], c[28], c[29], c[30], c[31], c[32], c[33], c[34], c[35], c[36], c[37], c[38], c[39], c[40], c[41], c[42], c[43], c[44], c[45], c[46], c[47], c[48], c[49], c[50], c[51], c[52], c[53], c[54], c[55], c[56], c[57], c[58], c[59], c[60], c[61], c[62], c[63])
+    return SIMD[F32, 64](o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[20], o[21], o[22], o[23], o[24], o[25], o[26], o[27], o[28], o[29], o[30], o[31], o[32], o[33], o[34], o[35], o[36], o[37], o[38], o[39], o[40], o[41], o[42], o[43], o[44], o[45], o[46], o[47], o[48], o[49], o[50], o[51], o[52], o[53], o[54], o[55], o[56], o[57], o[58], o[59], o[60], o[61], o[62], o[63])

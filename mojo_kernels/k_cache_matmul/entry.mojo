@@ -1,0 +1,90 @@
+"""Graph-tensor entry of `k_matmul_ragged_paged_scale`: checks, builds MAX's paged-cache
+collection from the PagedCacheValues tensors, then calls the launcher."""
+
+from extensibility import InputTensor, _MutableInputTensor
+from max.gpu.host import DeviceContext
+from builtin_kernels.kv_cache import generic_get_paged_cache
+from kv_cache.types import KVCacheStaticParams
+from layout import TileTensor
+
+from .launcher import launch_k_cache_matmul
+from .layout import KCacheShape, OP_NAME
+
+
+def k_matmul_ragged_paged_scale[
+    in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, target: StaticString
+](
+    hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
+    input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+    weight: InputTensor[dtype=in_dtype, rank=2, ...],
+    input_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+    weight_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+    kv_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+    kv_blocks: _MutableInputTensor[dtype=cache_dtype, rank=6, ...],
+    page_stride: InputTensor[dtype=DType.int64, rank=1, ...],
+    cache_lengths: InputTensor[dtype=DType.uint32, rank=1, ...],
+    lookup_table: InputTensor[dtype=DType.uint32, rank=2, ...],
+    max_prompt_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+    max_cache_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+    layer_idx: UInt32,
+    ctx: DeviceContext,
+) raises:
+    """See KMatmulRaggedPagedScale in registrations.mojo. Raises an Error naming the tensor for
+    a bad shape, a page_stride below one page, or layer_idx >= the cache's layers."""
+    comptime assert in_dtype == DType.float8_e4m3fn or in_dtype == DType.uint8, String(
+        OP_NAME, ": hidden_state/weight must be float8_e4m3fn (uint8 bits on CPU), got ", in_dtype
+    )
+    var shape = KCacheShape.validate[gm, gn, gk](
+        hidden_state.shape(), hidden_state.strides(), input_row_offsets.dim_size(0),
+        weight.shape(), weight.strides(), input_scale.shape(), input_scale.strides(),
+        weight_scale.shape(), weight_scale.strides(), kv_scale.dim_size(0),
+        kv_blocks.dim_size(4), kv_blocks.dim_size(5), cache_lengths.dim_size(0),
+        lookup_table.shape(), lookup_table.strides(), kv_blocks.dim_size(0),
+    )
+    var ps = Int(page_stride.unsafe_ptr()[unsafe_offset=0])
+    if ps != -1 and ps < kv_blocks.stride_length(0):
+        raise Error(OP_NAME, ": page_stride = ", ps, " is below one page (", kv_blocks.stride_length(0),
+                    " elements); use -1 for packed pages")
+    var layers = kv_blocks.dim_size(2)
+    if Int(layer_idx) >= layers:
+        raise Error(OP_NAME, ": layer_idx = ", layer_idx, " but the cache has ", layers, " layers")
+    var hidden = hidden_state.unsafe_ptr().as_unsafe_any_origin().unsafe_bitcast[Float8_e4m3fn]()
+    var w = weight.unsafe_ptr().as_unsafe_any_origin().unsafe_bitcast[Float8_e4m3fn]()
+    comptime if cache_dtype == DType.uint8:
+        # e4m3fn bits (CPU graphs cannot hold fp8): MAX's tensor-slice constructor reads a
+        # uint8 cache as NVFP4, so view the blocks as float8_e4m3fn and build it from views.
+        comptime spec = kv_blocks.static_spec.shape_tuple
+        var fp8_blocks = TileTensor(
+            ptr=kv_blocks.unsafe_ptr().as_unsafe_any_origin().unsafe_bitcast[Float8_e4m3fn](),
+            layout=kv_blocks.to_tile_tensor[DType.int64]().layout,
+        )
+        var coll = generic_get_paged_cache[
+            DType.float8_e4m3fn,
+            KVCacheStaticParams(Int(spec[4]), Int(spec[5]), Int(spec[1]) == 1),
+            Int(spec[3]),
+        ](
+            fp8_blocks,
+            page_stride.to_tile_tensor[DType.int64](),
+            cache_lengths.to_tile_tensor[DType.int64](),
+            lookup_table.to_tile_tensor[DType.int64](),
+            max_prompt_length.to_tile_tensor[DType.int64](),
+            max_cache_length.to_tile_tensor[DType.int64](),
+        )
+        var k_cache = coll.get_key_cache(Int(layer_idx))
+        launch_k_cache_matmul[gm, gn, gk, type_of(k_cache), target](
+            hidden, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(), w,
+            input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
+            kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
+            lookup_table.unsafe_ptr().as_unsafe_any_origin(), k_cache, shape, ctx,
+        )
+    else:
+        var coll = generic_get_paged_cache(
+            kv_blocks, page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length
+        )
+        var k_cache = coll.get_key_cache(Int(layer_idx))
+        launch_k_cache_matmul[gm, gn, gk, type_of(k_cache), target](
+            hidden, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(), w,
+            input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
+            kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
+            lookup_table.unsafe_ptr().as_unsafe_any_origin(), k_cache, shape, ctx,
+        )

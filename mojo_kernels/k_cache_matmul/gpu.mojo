@@ -1,0 +1,354 @@
+"""GPU paths of `k_matmul_ragged_paged_scale` (NVIDIA; no per-call allocation) and the dispatch.
+
+Dispatch (`k_cache_matmul_gpu`), first match wins:
+1. T == 0: nothing is launched.
+2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo).
+3. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
+   (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1).
+4. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
+
+`mma_splitk`: warps compute mma.sync m16n8k32 e4m3 tiles (16 tokens on the MMA's M side, 8
+weight rows on its N side) with fragments loaded straight from global memory as 16-byte vectors;
+the 64 k values one 16-byte load per lane covers are the same permutation of k for both
+operands, so no shuffle is needed. A CTA covers 16·MT tokens x 8·NB weight rows, and its 8
+warps split K by scale block (intra-CTA split-K: with so few rows per CTA, decode spreads over
+all SMs without a cross-CTA reduction buffer). Each block's MMA sum is multiplied by its input
+and weight scales in fp32 registers (promotion) and added to the warp's fp32 accumulators; the
+warps' partial sums are reduced in shared memory and the epilogue writes the rows straight into
+the paged cache.
+"""
+
+from std.math import ceildiv
+from std.memory import stack_allocation
+from max.gpu import barrier, block_idx, thread_idx
+from max.gpu.compute.mma import mma
+from max.gpu.host import DeviceContext
+from max.gpu.memory import AddressSpace
+from kv_cache.types import KVCacheT
+
+from .gpu_wgmma import launch_wgmma, wgmma_path_supported
+from .layout import (
+    F32Ptr,
+    Fp8Ptr,
+    KCacheShape,
+    U32Ptr,
+    find_sequence,
+    is_fp8_cache,
+    slot_is_valid,
+    store_cast,
+    token_position,
+)
+
+comptime F32 = DType.float32
+comptime FP8 = DType.float8_e4m3fn
+comptime THREADS = 256
+comptime WGMMA_MIN_TOKENS = 128
+"""More tokens than this (and gk % 128 == 0) take the TMA + wgmma kernel (gpu_wgmma.mojo); up
+to it the mma.sync split-K kernel, whose CTAs cover only 8 or 16 weight rows each, keeps more
+SMs busy (H200, N = 1024, K = 7168: T = 64 took 10.7 us with it; wgmma needed 28 us at T = 128)."""
+comptime WARPS = THREADS // 32
+
+
+@always_inline
+def _resolve_rows[page_size: Int, BT: Int](
+    rows: Pointer[Int32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    offsets: U32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    shape: KCacheShape,
+    t0: Int,
+):
+    """Threads < BT write (b, pos) of token t0 + tid into rows[2 tid], b = -1 when skipped."""
+    var tid = thread_idx.x
+    if tid < BT:
+        var t = t0 + tid
+        var b = -1
+        var pos = 0
+        if t < Int(shape.T):
+            b = find_sequence(offsets, Int(shape.B), t)
+            if b >= 0:
+                pos = token_position(offsets, cache_lengths, b, t)
+                if not slot_is_valid[page_size](lut, shape, b, pos):
+                    b = -1
+        rows[unsafe_offset=2 * tid] = Int32(b)
+        rows[unsafe_offset=2 * tid + 1] = Int32(pos)
+
+
+@always_inline
+def _store_tile[cache_t: KVCacheT, BT: Int, BN: Int](
+    k_cache: cache_t,
+    tile: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    rows: Pointer[Int32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    kv_scale: F32Ptr,
+    shape: KCacheShape,
+    n0: Int,
+):
+    """Writes the fp32 tile [BT][BN] (columns n0..) into the cache rows resolved in `rows`."""
+    comptime head_dim = cache_t.kv_params.head_size
+    var tid = thread_idx.x
+    for e in range(tid, BT * BN, THREADS):
+        var r = e // BN
+        var n = n0 + e % BN
+        var b = Int(rows[unsafe_offset=2 * r])
+        if b < 0 or n >= Int(shape.N):
+            continue
+        var v = tile[unsafe_offset=e]
+        comptime if is_fp8_cache[cache_t.dtype]():
+            var h = n // head_dim if Int(shape.n_kv_scale) > 1 else 0
+            v = v / kv_scale[unsafe_offset=h]
+        var dst = k_cache.block_paged_ptr[1](b, Int(rows[unsafe_offset=2 * r + 1]), 0, 0)
+        dst[unsafe_offset=n] = store_cast[cache_t.dtype, 1](SIMD[F32, 1](v))
+
+
+# ------------------------------------------------------------------------ mma.sync split-K
+def _mma_splitk_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+):
+    """One CTA: tokens [t0, t0 + 16 MT) x weight rows [n0, n0 + 8 NB), all of K split by warp.
+
+    A warp takes U consecutive scale blocks at a time and issues all their loads before the
+    first MMA, so that U * gk/64 * (NB + 2 MT) 16-byte loads per lane are in flight.
+    """
+    comptime BT = 16 * MT
+    comptime BN = 8 * NB
+    comptime CH = gk // 64
+    comptime page_size = cache_t.page_size_
+    var red = stack_allocation[WARPS * BT * BN, Float32, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[2 * BT, Int32, address_space=AddressSpace.SHARED]()
+    var tid = thread_idx.x
+    var warp = tid // 32
+    var lane = tid % 32
+    var g = lane // 4
+    var tig = lane % 4
+    var n0 = block_idx.x * BN
+    var t0 = block_idx.y * BT
+    var T = Int(shape.T)
+    var K = Int(shape.K)
+    var N = Int(shape.N)
+    var a_stride = Int(shape.a_stride)
+    var w_stride = Int(shape.w_stride)
+    _resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
+
+    var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
+    var n_kb = ceildiv(K, gk)
+    for kb0 in range(warp * U, n_kb, WARPS * U):
+        var a_lo = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
+        var a_hi = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
+        var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
+        comptime for u in range(U):
+            comptime for c in range(CH):
+                var kc = (kb0 + u) * gk + c * 64 + tig * 16
+                if kb0 + u < n_kb and kc < K:
+                    comptime for nb in range(NB):
+                        var n = n0 + nb * 8 + g
+                        if n < N:
+                            wv[(u * CH + c) * NB + nb] = weight.unsafe_offset(n * w_stride + kc).unsafe_load[
+                                width=16, alignment=16
+                            ](0)
+                    comptime for mt in range(MT):
+                        var r0 = t0 + mt * 16 + g
+                        if r0 < T:
+                            a_lo[(u * CH + c) * MT + mt] = hidden.unsafe_offset(r0 * a_stride + kc).unsafe_load[
+                                width=16, alignment=16
+                            ](0)
+                        if r0 + 8 < T:
+                            a_hi[(u * CH + c) * MT + mt] = hidden.unsafe_offset((r0 + 8) * a_stride + kc).unsafe_load[
+                                width=16, alignment=16
+                            ](0)
+        comptime for u in range(U):
+            var kb = kb0 + u
+            if kb < n_kb:
+                var tmp = Array[SIMD[F32, 4], MT * NB](fill=0)
+                comptime for c in range(CH):
+                    comptime for h in range(2):
+                        comptime for mt in range(MT):
+                            comptime ai = (u * CH + c) * MT + mt
+                            var a = (
+                                a_lo[ai].slice[4, offset=8 * h]().join(a_hi[ai].slice[4, offset=8 * h]())
+                            ).join(
+                                a_lo[ai].slice[4, offset=8 * h + 4]().join(a_hi[ai].slice[4, offset=8 * h + 4]())
+                            )
+                            comptime for nb in range(NB):
+                                var d = SIMD[F32, 4](0)
+                                mma(d, a, wv[(u * CH + c) * NB + nb].slice[8, offset=8 * h](), tmp[mt * NB + nb])
+                                tmp[mt * NB + nb] = d
+                # promotion: scale this block's sums in fp32 and add them to the accumulators
+                comptime for mt in range(MT):
+                    var r0 = t0 + mt * 16 + g
+                    var sa0 = in_scale[unsafe_offset=kb * Int(shape.as_stride) + r0 // gm] if r0 < T else Float32(0)
+                    var sa1 = in_scale[unsafe_offset=kb * Int(shape.as_stride) + (r0 + 8) // gm] if r0 + 8 < T else Float32(0)
+                    comptime for nb in range(NB):
+                        var n = n0 + nb * 8 + tig * 2
+                        var sw0 = w_scale[unsafe_offset=(n // gn) * Int(shape.ws_stride) + kb] if n < N else Float32(0)
+                        var sw1 = w_scale[unsafe_offset=((n + 1) // gn) * Int(shape.ws_stride) + kb] if n + 1 < N else Float32(0)
+                        acc[mt * NB + nb] += tmp[mt * NB + nb] * SIMD[F32, 4](sa0 * sw0, sa0 * sw1, sa1 * sw0, sa1 * sw1)
+
+    # reduce the warps' partial sums in shared memory: red[warp][row][col]
+    comptime for mt in range(MT):
+        comptime for nb in range(NB):
+            var v = acc[mt * NB + nb]
+            var r = mt * 16 + g
+            var col = nb * 8 + tig * 2
+            var base = warp * BT * BN
+            red[unsafe_offset=base + r * BN + col] = v[0]
+            red[unsafe_offset=base + r * BN + col + 1] = v[1]
+            red[unsafe_offset=base + (r + 8) * BN + col] = v[2]
+            red[unsafe_offset=base + (r + 8) * BN + col + 1] = v[3]
+    barrier()
+    for e in range(tid, BT * BN, THREADS):
+        var s = red[unsafe_offset=e]
+        comptime for w in range(1, WARPS):
+            s += red[unsafe_offset=w * BT * BN + e]
+        red[unsafe_offset=e] = s
+    barrier()
+    _store_tile[cache_t, BT, BN](k_cache, red, rows, kv_scale, shape, n0)
+
+
+# ------------------------------------------------------------------------ SIMT fallback
+comptime S_BT = 16
+"""Tokens per CTA of the SIMT kernel."""
+comptime S_BN = 64
+"""Output columns per CTA of the SIMT kernel."""
+comptime S_KC = 32
+"""K values staged in shared memory per step."""
+
+
+def _simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+):
+    """One CTA: 16 tokens x 64 columns; thread t owns column t % 64 and tokens 4 (t // 64) + i."""
+    comptime page_size = cache_t.page_size_
+    comptime RPT = S_BT * S_BN // THREADS
+    var a_sh = stack_allocation[S_BT * S_KC, Float32, address_space=AddressSpace.SHARED]()
+    var w_sh = stack_allocation[S_BN * (S_KC + 1), Float32, address_space=AddressSpace.SHARED]()
+    var out_sh = stack_allocation[S_BT * S_BN, Float32, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[2 * S_BT, Int32, address_space=AddressSpace.SHARED]()
+    var tid = thread_idx.x
+    var col = tid % S_BN
+    var rg = tid // S_BN
+    var n0 = block_idx.x * S_BN
+    var t0 = block_idx.y * S_BT
+    var T = Int(shape.T)
+    var K = Int(shape.K)
+    var N = Int(shape.N)
+    _resolve_rows[page_size, S_BT](rows, offsets, cache_lengths, lut, shape, t0)
+    var acc = SIMD[F32, RPT](0)
+    var n = n0 + col
+    var n_kb = ceildiv(K, gk)
+    for kb in range(n_kb):
+        var part = SIMD[F32, RPT](0)
+        var k_end = min(K, (kb + 1) * gk)
+        var k0 = kb * gk
+        while k0 < k_end:
+            var kc = min(S_KC, k_end - k0)
+            for e in range(tid, S_BT * S_KC, THREADS):
+                var r = e // S_KC
+                var k = e % S_KC
+                var t = t0 + r
+                a_sh[unsafe_offset=e] = hidden[unsafe_offset=t * Int(shape.a_stride) + k0 + k].cast[F32]() if (
+                    t < T and k < kc
+                ) else Float32(0)
+            for e in range(tid, S_BN * S_KC, THREADS):
+                var c = e // S_KC
+                var k = e % S_KC
+                var nn = n0 + c
+                w_sh[unsafe_offset=c * (S_KC + 1) + k] = weight[unsafe_offset=nn * Int(shape.w_stride) + k0 + k].cast[F32]() if (
+                    nn < N and k < kc
+                ) else Float32(0)
+            barrier()
+            for k in range(kc):
+                var w = w_sh[unsafe_offset=col * (S_KC + 1) + k]
+                comptime for i in range(RPT):
+                    part[i] += a_sh[unsafe_offset=(rg * RPT + i) * S_KC + k] * w
+            barrier()
+            k0 += kc
+        var sw = w_scale[unsafe_offset=(n // gn) * Int(shape.ws_stride) + kb] if n < N else Float32(0)
+        comptime for i in range(RPT):
+            var t = t0 + rg * RPT + i
+            var sa = in_scale[unsafe_offset=kb * Int(shape.as_stride) + t // gm] if t < T else Float32(0)
+            acc[i] += part[i] * (sa * sw)
+    comptime for i in range(RPT):
+        out_sh[unsafe_offset=(rg * RPT + i) * S_BN + col] = acc[i]
+    barrier()
+    _store_tile[cache_t, S_BT, S_BN](k_cache, out_sh, rows, kv_scale, shape, n0)
+
+
+# ------------------------------------------------------------------------ dispatch
+def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
+    """Whether the tensor-core kernel applies: gk % 64 == 0 and 16-byte aligned rows."""
+    comptime if gk % 64 != 0:
+        return False
+    return Int(shape.K) % 16 == 0 and Int(shape.a_stride) % 16 == 0 and Int(shape.w_stride) % 16 == 0
+
+
+def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int](
+    hidden: Fp8Ptr, offsets: U32Ptr, weight: Fp8Ptr, in_scale: F32Ptr, w_scale: F32Ptr,
+    kv_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, k_cache: cache_t, shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, MT, NB, U]
+    ctx.enqueue_function[kernel](
+        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        grid_dim=(ceildiv(Int(shape.N), 8 * NB), ceildiv(Int(shape.T), 16 * MT)),
+        block_dim=THREADS,
+    )
+
+
+def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues the kernel for this call's sizes (nothing to do when T == 0)."""
+    var T = Int(shape.T)
+    if T == 0 or Int(shape.N) == 0:
+        return
+    comptime if gk % 128 == 0:
+        if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
+            launch_wgmma[gm, gn, gk](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+    comptime if gk % 64 == 0:
+        if mma_path_supported[gk](shape):
+            if T <= 16:
+                _launch_mma[cache_t, gm, gn, gk, 1, 1, 4](
+                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            elif T <= WGMMA_MIN_TOKENS:
+                _launch_mma[cache_t, gm, gn, gk, 2, 2, 2](
+                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            else:
+                _launch_mma[cache_t, gm, gn, gk, 2, 4, 1](
+                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+    comptime kernel = _simt_kernel[cache_t, gm, gn, gk]
+    ctx.enqueue_function[kernel](
+        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        grid_dim=(ceildiv(Int(shape.N), S_BN), ceildiv(T, S_BT)),
+        block_dim=THREADS,
+    )

@@ -1,0 +1,306 @@
+"""Hopper (sm_90a) path of `k_matmul_ragged_paged_scale` for many tokens: TMA + wgmma FP8.
+
+Warp-specialized like shared/mojo-examples/hopper/wgmma_fp8.mojo (verified there): one CTA
+computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
+64 x 64, 256 threads, used when LARGE would leave SMs idle). Warpgroup 0's first thread streams
+BM x 128 and BN x 128 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into
+a 4-stage ring of "full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues
+wgmma m64nBNk32 (4 per K tile) into a per-tile fp32 accumulator, wait for it, release the stage, and
+multiply it by that K block's input_scale (per token) and weight_scale (per column) in fp32
+registers before adding it to the running fp32 result (promotion: Hopper's FP8 tensor cores
+accumulate with reduced precision, so no sum longer than one 128-wide block stays inside them).
+The epilogue divides by kv_scale for an fp8 cache, casts, and stores each token's row segment
+straight into its paged-cache slot (rows past T, skipped tokens and columns past N are not
+written). Requirements (checked by `wgmma_path_supported`): gk % 128 == 0, K % 16 == 0 and
+dense rows (TMA strides are 16-byte multiples). TMA zero-fills the tails of T, N and K.
+"""
+
+from std.math import ceildiv
+from std.memory import stack_allocation
+from std.sys import size_of
+from std.utils.index import Index
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
+from max.gpu.host import DeviceContext, FuncAttribute
+from max.gpu.host.nvidia.tma import TensorMapSwizzle
+from max.gpu.memory import AddressSpace, external_memory
+from layout import Coord, TileTensor, row_major
+from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
+from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
+from kv_cache.types import KVCacheT
+
+from .layout import (
+    F32Ptr,
+    Fp8Ptr,
+    KCacheShape,
+    U32Ptr,
+    find_sequence,
+    is_fp8_cache,
+    slot_is_valid,
+    store_cast,
+    token_position,
+)
+
+comptime F32 = DType.float32
+comptime FP8 = DType.float8_e4m3fn
+comptime BK = 128
+"""K per stage: 128 e4m3 = one 128-byte swizzle row."""
+comptime STAGES = 4
+comptime SW = TensorMapSwizzle.SWIZZLE_128B
+comptime WG_M = 64
+"""Tokens per consumer warpgroup (wgmma M)."""
+
+
+@fieldwise_init
+struct WgmmaConfig(ImplicitlyCopyable):
+    """A CTA shape: `consumers` warpgroups of 64 tokens each, times `bn` weight rows."""
+
+    var consumers: Int
+    var bn: Int
+
+    def bm(self) -> Int:
+        return WG_M * self.consumers
+
+    def threads(self) -> Int:
+        return 128 * (1 + self.consumers)
+
+    def stage_bytes(self) -> Int:
+        return (self.bm() + self.bn) * BK
+
+    def smem_bytes(self) -> Int:
+        return STAGES * self.stage_bytes() + 2 * STAGES * 8
+
+
+comptime LARGE = WgmmaConfig(2, 128)
+"""128 tokens x 128 columns, 384 threads: many tokens."""
+comptime SMALL = WgmmaConfig(1, 64)
+"""64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
+comptime MIN_CTAS_FOR_LARGE = 120
+
+
+@__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
+@__llvm_arg_metadata(b_tma, `nvvm.grid_constant`)
+@__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(cfg.threads())))
+def _wgmma_kernel[
+    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: WgmmaConfig,
+    a_tile: Coord, a_desc: Coord, b_tile: Coord, b_desc: Coord,
+](
+    a_tma: TMATensorTile[FP8, a_tile, a_desc],
+    b_tma: TMATensorTile[FP8, b_tile, b_desc],
+    offsets: U32Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+):
+    comptime BM = cfg.bm()
+    comptime BN = cfg.bn
+    comptime A_TILE = BM * BK
+    comptime B_TILE = BN * BK
+    comptime STAGE_BYTES = A_TILE + B_TILE
+    comptime FRAG = WG_M * BN // 128
+    comptime a_layout = tile_layout_k_major_typed[FP8, WG_M, BK, SW]
+    comptime a_full_layout = tile_layout_k_major_typed[FP8, BM, BK, SW]
+    comptime b_layout = tile_layout_k_major_typed[FP8, BN, BK, SW]
+    comptime page_size = cache_t.page_size_
+    comptime head_dim = cache_t.kv_params.head_size
+    var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
+    var a_smem = smem
+    var b_smem = smem.unsafe_offset(STAGES * A_TILE)
+    var full = smem.unsafe_offset(STAGES * STAGE_BYTES).unsafe_bitcast[SharedMemBarrier]()
+    var empty = full.unsafe_offset(STAGES)
+
+    var tid = thread_idx.x
+    if tid == 0:
+        comptime for s in range(STAGES):
+            full[unsafe_offset=s].init(1)
+            empty[unsafe_offset=s].init(Int32(cfg.consumers))  # one arrival per consumer
+    barrier()
+
+    var K = Int(shape.K)
+    var T = Int(shape.T)
+    var N = Int(shape.N)
+    var num_k_tiles = ceildiv(K, BK)
+    var n0 = block_idx.x * BN
+    var m0 = block_idx.y * BM
+    var wg = tid // 128
+
+    if wg == 0:
+        if tid == 0:
+            for kt in range(num_k_tiles):
+                var s = kt % STAGES
+                var phase = UInt32((kt // STAGES) & 1)
+                if kt >= STAGES:
+                    empty[unsafe_offset=s].wait(phase ^ 1)
+                full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                var a_dst = TileTensor(a_smem.unsafe_offset(s * A_TILE), a_full_layout)
+                var b_dst = TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
+                a_tma.async_copy(a_dst, full[unsafe_offset=s], (kt * BK, m0))
+                b_tma.async_copy(b_dst, full[unsafe_offset=s], (kt * BK, n0))
+        return
+
+    var c = wg - 1
+    var ltid = tid - 128 * wg
+    var warp = ltid // 32
+    var lane = ltid % 32
+    var r_lo = m0 + c * WG_M + warp * 16 + lane // 4
+    var r_hi = r_lo + 8
+    var col0 = n0 + 2 * (lane % 4)
+    var accum = TileTensor(
+        stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+    )
+    var tmp = TileTensor(
+        stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+    )
+    comptime for i in range(FRAG):
+        accum[0, i] = 0
+    var mma = TensorCoreAsync[
+        F32, FP8, FP8, Index(WG_M, BN, 32), a_swizzle=SW, b_swizzle=SW, transpose_b=True
+    ]()
+    var as_stride = Int(shape.as_stride)
+    var ws_stride = Int(shape.ws_stride)
+    for kt in range(num_k_tiles):
+        var s = kt % STAGES
+        var phase = UInt32((kt // STAGES) & 1)
+        var kb = (kt * BK) // gk
+        # this block's scales, loaded before waiting for the tiles
+        var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
+        var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
+        var sw_tile = Float32(0)
+        comptime if gn % BN == 0:
+            sw_tile = w_scale[unsafe_offset=(n0 // gn) * ws_stride + kb]
+        full[unsafe_offset=s].wait(phase)
+        comptime for i in range(FRAG):
+            tmp[0, i] = 0
+        var a_t = TileTensor(a_smem.unsafe_offset(s * A_TILE + c * WG_M * BK), a_layout)
+        var b_t = TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
+        warpgroup_fence(tmp)
+        mma.arrive()
+        mma.wgmma(a_t, b_t, tmp)
+        mma.commit_group()
+        warpgroup_fence(tmp)
+        mma.wait_group[0]()
+        if ltid == 0:
+            _ = empty[unsafe_offset=s].arrive()
+        # promotion: fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
+        # n0 + 8j + 2 (lane % 4) + q % 2
+        comptime for j in range(FRAG // 4):
+            comptime for q in range(4):
+                comptime i = 4 * j + q
+                var n = col0 + 8 * j + q % 2
+                var sw = sw_tile
+                comptime if gn % BN != 0:
+                    sw = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
+                var sa = sa_lo if q < 2 else sa_hi
+                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sa * sw)
+
+    # epilogue: rows straight into the paged cache
+    var B = Int(shape.B)
+    comptime for half in range(2):
+        var r = r_lo + 8 * half
+        var b = -1
+        var pos = 0
+        if r < T:
+            b = find_sequence(offsets, B, r)
+            if b >= 0:
+                pos = token_position(offsets, cache_lengths, b, r)
+                if not slot_is_valid[page_size](lut, shape, b, pos):
+                    b = -1
+        if b >= 0:
+            var dst = k_cache.block_paged_ptr[1](b, pos, 0, 0)
+            comptime for j in range(FRAG // 4):
+                var n = col0 + 8 * j
+                var v = SIMD[F32, 2](
+                    rebind[Float32](accum[0, 4 * j + 2 * half]),
+                    rebind[Float32](accum[0, 4 * j + 2 * half + 1]),
+                )
+                comptime if is_fp8_cache[cache_t.dtype]():
+                    if Int(shape.n_kv_scale) > 1:
+                        v = v / SIMD[F32, 2](
+                            kv_scale[unsafe_offset=n // head_dim],
+                            kv_scale[unsafe_offset=(n + 1) // head_dim],
+                        )
+                    else:
+                        v = v / kv_scale[unsafe_offset=0]
+                var out = store_cast[cache_t.dtype, 2](v)
+                if n + 1 < N:
+                    dst.unsafe_offset(n).unsafe_store[alignment=2 * size_of[cache_t.dtype]()](0, out)
+                elif n < N:
+                    dst[unsafe_offset=n] = out[0]
+
+
+def wgmma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
+    """Whether gk % 128 == 0, K % 16 == 0 and rows are dense (TMA: 16-byte global strides)."""
+    comptime if gk % 128 != 0:
+        return False
+    return (
+        Int(shape.K) % 16 == 0
+        and Int(shape.a_stride) == Int(shape.K)
+        and Int(shape.w_stride) == Int(shape.K)
+    )
+
+
+def _launch[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """Builds the two TMA descriptors (host side, no allocation) and launches the kernel."""
+    var T = Int(shape.T)
+    var K = Int(shape.K)
+    var N = Int(shape.N)
+    comptime BM = cfg.bm()
+    comptime BN = cfg.bn
+    comptime SMEM = cfg.smem_bytes()
+    var a_tma = create_tma_tile[BM, BK, swizzle_mode=SW](
+        ctx, TileTensor(ptr=hidden, layout=row_major(T, K))
+    )
+    var b_tma = create_tma_tile[BN, BK, swizzle_mode=SW](
+        ctx, TileTensor(ptr=weight, layout=row_major(N, K))
+    )
+    comptime kernel = _wgmma_kernel[
+        cache_t, gm, gn, gk, cfg,
+        type_of(a_tma).tile_shape, type_of(a_tma).desc_shape,
+        type_of(b_tma).tile_shape, type_of(b_tma).desc_shape,
+    ]
+    ctx.enqueue_function[kernel](
+        a_tma, b_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        grid_dim=(ceildiv(N, BN), ceildiv(T, BM)),
+        block_dim=cfg.threads(),
+        shared_mem_bytes=SMEM,
+        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+    )
+
+
+def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """LARGE tiles when they give at least MIN_CTAS_FOR_LARGE CTAs, else SMALL ones."""
+    var ctas = ceildiv(Int(shape.N), LARGE.bn) * ceildiv(Int(shape.T), LARGE.bm())
+    if ctas >= MIN_CTAS_FOR_LARGE:
+        _launch[gm, gn, gk, cache_t, LARGE](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+    else:
+        _launch[gm, gn, gk, cache_t, SMALL](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)

@@ -1,0 +1,148 @@
+"""Every custom op of the package: thin wrappers (tensors -> pointers/shapes -> launcher)."""
+
+import extensibility
+from extensibility import InputTensor, OutputTensor
+from max.gpu.host import DeviceContext
+
+from .common.checks import row_major_shape
+from .int4_gemm.launcher import launch_int4_gemm
+
+
+@extensibility.register("multistage_gemm_q")
+struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
+    """Computes out = x · dequant(qweight)ᵀ (+ bias) with int4 weights (mojo_gemm.quant.int4_layout).
+
+    Parameters: group_size (32, 64, 128, or -1 = per-channel), has_zeros, has_bias.
+    Shapes: output [M, N]; x [M, Kp]; qweight uint32 [Np/64, Kp*8]; scales [Kp/g, Np];
+    zeros [Kp/g, Np] (any dummy, e.g. [1, 1], when not has_zeros); bias [N] (any dummy when
+    not has_bias). dtype (output, x, scales, zeros, bias): bfloat16 or float16.
+    """
+
+    @staticmethod
+    def execute[dtype: DType, //, target: StaticString](
+        output: OutputTensor[dtype=dtype, rank=2, ...],
+        x: InputTensor[dtype=dtype, rank=2, ...],
+        qweight: InputTensor[dtype=DType.uint32, rank=2, ...],
+        scales: InputTensor[dtype=dtype, rank=2, ...],
+        zeros: InputTensor[dtype=dtype, rank=2, ...],
+        bias: InputTensor[dtype=dtype, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        launch_int4_gemm[dtype, Self.group_size, Self.has_zeros, Self.has_bias, target](
+            output.unsafe_ptr().as_unsafe_any_origin(),
+            x.unsafe_ptr().as_unsafe_any_origin(),
+            qweight.unsafe_ptr().as_unsafe_any_origin(),
+            scales.unsafe_ptr().as_unsafe_any_origin(),
+            zeros.unsafe_ptr().as_unsafe_any_origin(),
+            bias.unsafe_ptr().as_unsafe_any_origin(),
+            row_major_shape(output.shape(), output.strides(), "output"),
+            row_major_shape(x.shape(), x.strides(), "x"),
+            row_major_shape(qweight.shape(), qweight.strides(), "qweight"),
+            row_major_shape(scales.shape(), scales.strides(), "scales"),
+            row_major_shape(zeros.shape(), zeros.strides(), "zeros"),
+            row_major_shape(bias.shape(), bias.strides(), "bias")[0],
+            ctx,
+        )
+
+
+# ---- grouped_matmul_sm100_persistent (MoE grouped GEMM; kernels in grouped_gemm/) ----------
+from extensibility import _MutableInputTensor
+from .grouped_gemm.launcher import dense_shape, grouped_execute
+
+
+@extensibility.register("grouped_matmul_sm100_persistent")
+struct GroupedMatmulSm100Persistent[
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool
+]:
+    """MoE grouped GEMM: c[r] = epilogue(a[r] · b[expert_ids[g]]ᵀ) for rows r of group g.
+
+    Shapes: c [T, N] (N / 2 with swiglu); a [T, K] ([3 T, K] with plane splits); b [E, N, K];
+    a_offsets uint32 [G + 1]; expert_ids int32 [G]; expert_usage_stats uint32 [2] =
+    [max tokens per group, G_active] (read on the device); row_scale float32 [T] (any dummy,
+    e.g. [1], when not has_row_scale). dtype (c, a, b): bfloat16 or float16.
+    Semantics and clamping: grouped_gemm/scheduler.mojo; epilogue: grouped_gemm/epilogue.mojo.
+    """
+
+    @staticmethod
+    def execute[dtype: DType, //, target: StaticString](
+        c: OutputTensor[dtype=dtype, rank=2, ...],
+        a: InputTensor[dtype=dtype, rank=2, ...],
+        b: InputTensor[dtype=dtype, rank=3, ...],
+        a_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+        expert_ids: InputTensor[dtype=DType.int32, rank=1, ...],
+        expert_usage_stats: InputTensor[dtype=DType.uint32, rank=1, ...],
+        row_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
+                         Self.has_row_scale, target](
+            c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
+            a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
+
+
+@extensibility.register("grouped_matmul_sm100_persistent_inplace")
+struct GroupedMatmulSm100PersistentInplace[
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool
+]:
+    """`grouped_matmul_sm100_persistent` writing into an existing buffer c (rows of inactive
+    groups keep their contents). Same operands, with c first as a mutable buffer."""
+
+    @staticmethod
+    def execute[dtype: DType, //, target: StaticString](
+        c: _MutableInputTensor[dtype=dtype, rank=2, ...],
+        a: InputTensor[dtype=dtype, rank=2, ...],
+        b: InputTensor[dtype=dtype, rank=3, ...],
+        a_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+        expert_ids: InputTensor[dtype=DType.int32, rank=1, ...],
+        expert_usage_stats: InputTensor[dtype=DType.uint32, rank=1, ...],
+        row_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
+                         Self.has_row_scale, target](
+            c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
+            a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
+
+
+# ---- k_matmul_ragged_paged_scale (issue 5): FP8 block-scaled K projection into MAX's paged cache
+from extensibility import _MutableInputTensor
+from .k_cache_matmul.entry import k_matmul_ragged_paged_scale
+
+
+@extensibility.register("k_matmul_ragged_paged_scale")
+struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
+    """FP8 block-scaled K projection written into MAX's paged KV cache, in place.
+
+    k[t, n] = sum_k a[t, k] w[n, k] input_scale[k // gk, t // gm] weight_scale[n // gn, k // gk]
+    in fp32, divided by kv_scale for an fp8 cache, cast to the cache dtype and stored at
+    kv_blocks[lut[b, pos // P], 0, layer_idx, pos % P, n // D, n % D], pos = cache_lengths[b] +
+    t - offsets[b] (rows whose page is outside the table or the cache are skipped:
+    k_cache_matmul/layout.mojo). Parameters: (gm, gn, gk) = scales_granularity_mnk, any positive.
+    Shapes: hidden_state [T, K], weight [N, K] float8_e4m3fn (uint8 bits on CPU);
+    input_row_offsets uint32 [B + 1]; input_scale float32 [ceil(K/gk), >= ceil(T/gm)];
+    weight_scale float32 [ceil(N/gn), ceil(K/gk)]; kv_scale float32 [1] or [n_kv_heads] (read
+    for an fp8 cache only); PagedCacheValues.flatten_without_attention_dispatch_metadata()
+    (blocks bf16 or float8_e4m3fn, uint8 e4m3fn bits on CPU); layer_idx uint32 scalar on CPU.
+    """
+
+    @staticmethod
+    def execute[in_dtype: DType, cache_dtype: DType, //, target: StaticString](
+        hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+        weight: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        weight_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        kv_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+        kv_blocks: _MutableInputTensor[dtype=cache_dtype, rank=6, ...],
+        page_stride: InputTensor[dtype=DType.int64, rank=1, ...],
+        cache_lengths: InputTensor[dtype=DType.uint32, rank=1, ...],
+        lookup_table: InputTensor[dtype=DType.uint32, rank=2, ...],
+        max_prompt_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        max_cache_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        layer_idx: UInt32,
+        ctx: DeviceContext,
+    ) raises:
+        k_matmul_ragged_paged_scale[Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, target](
+            hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
+            page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
+        )

@@ -1,0 +1,361 @@
+"""The contract of `k_matmul_ragged_paged_scale` (FP8 block-scaled K projection into the cache).
+
+Argument names are those of the Python function; the cache's graph values are named
+`kv_collection.<field>`. Rules are checked in order, so a rule may rely on the ones above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue
+from max.nn.kv_cache import KVCacheParams
+
+from ._rules import Args, Contract, Rule, Violation, shape_of, static
+
+K_CACHE_DTYPES = (DType.bfloat16, DType.float8_e4m3fn)
+"""Cache dtypes the op writes: bf16 (plain rounding cast) and fp8 (k / kv_scale, then cast)."""
+FP8 = DType.float8_e4m3fn
+FP8_BITS = DType.uint8
+"""How fp8 travels on CPU: MAX 26.7 CPU graphs cannot hold float8 tensors."""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _gran(a: Args) -> tuple[int, int, int]:
+    return tuple(a["scales_granularity_mnk"])  # type: ignore[return-value]
+
+
+def _fp8_dtype_on(device: DeviceRef) -> DType:
+    return FP8_BITS if device.is_cpu() else FP8
+
+
+def _coll(a: Args, field: str) -> object:
+    return getattr(a["kv_collection"], field)
+
+
+def _kv_params_type(a: Args) -> Violation:
+    p = a["kv_params"]
+    return (
+        None
+        if isinstance(p, KVCacheParams)
+        else ("a max.nn.kv_cache.KVCacheParams", type(p).__name__)
+    )
+
+
+def _kv_params_dtype(a: Args) -> Violation:
+    d = a["kv_params"].dtype
+    return None if d in K_CACHE_DTYPES else ("bfloat16 or float8_e4m3fn", d)
+
+
+def _kv_params_plain(a: Args) -> Violation:
+    p = a["kv_params"]
+    if p.kvcache_quant_config is None and p.kv_dim == 2 and not p.per_layer_buffers:
+        return None
+    return (
+        "a K/V cache (kv_dim 2) without kvcache_quant_config or per_layer_buffers",
+        f"kv_dim {p.kv_dim}, kvcache_quant_config {p.kvcache_quant_config}, "
+        f"per_layer_buffers {p.per_layer_buffers}",
+    )
+
+
+def _granularity(a: Args) -> Violation:
+    g = a["scales_granularity_mnk"]
+    ok = (
+        isinstance(g, (tuple, list))
+        and len(g) == 3
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in g)
+    )
+    return None if ok else ("a tuple of three positive ints (gm, gn, gk)", g)
+
+
+def _is_tensor(name: str) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a[name]
+        return None if isinstance(v, TensorValue) else ("a TensorValue", type(v).__name__)
+
+    return check
+
+
+def _hidden_dtype(a: Args) -> Violation:
+    h = a["hidden_state"]
+    want = _fp8_dtype_on(h.device)
+    return None if h.dtype == want else (f"{want} on {h.device}", h.dtype)
+
+
+def _rank(name: str, rank: int) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a.get(name)
+        return None if v is None or v.rank == rank else (f"rank {rank}", f"rank {v.rank}")
+
+    return check
+
+
+def _k_static(a: Args) -> Violation:
+    k = static(a["hidden_state"].shape[1])
+    return None if k is not None and k > 0 else ("a static K > 0", a["hidden_state"].shape[1])
+
+
+def _k(a: Args) -> int:
+    return static(a["hidden_state"].shape[1])  # type: ignore[return-value]
+
+
+def _n(a: Args) -> int:
+    p = a["kv_params"]
+    return p.n_kv_heads_per_device * p.head_dim
+
+
+def _dtype_is(name: str, want: DType) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a[name]
+        return None if v is None or v.dtype == want else (want, v.dtype)
+
+    return check
+
+
+def _dtype_like(name: str, ref: str) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        return (
+            None if a[name].dtype == a[ref].dtype else (f"{a[ref].dtype} (as {ref})", a[name].dtype)
+        )
+
+    return check
+
+
+def _shape_eq(name: str, want: Callable[[Args], list[int]]) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        got = shape_of(a[name])
+        return None if got == want(a) else (want(a), got)
+
+    return check
+
+
+def _input_scale_shape(a: Args) -> Violation:
+    s = a["input_scale"]
+    gm, _, gk = _gran(a)
+    kb = _ceil(_k(a), gk)
+    got = shape_of(s)
+    if got[0] != kb:
+        return f"[ceil(K/gk) = {kb}, >= ceil(T/gm)]", got
+    t, cols = static(a["hidden_state"].shape[0]), static(s.shape[1])
+    if t is not None and cols is not None and cols < _ceil(t, gm):
+        return f"[{kb}, >= ceil(T/gm) = {_ceil(t, gm)}]", got
+    return None
+
+
+def _weight_scale_shape(a: Args) -> list[int]:
+    _, gn, gk = _gran(a)
+    return [_ceil(_n(a), gn), _ceil(_k(a), gk)]
+
+
+def _blocks_dtype(a: Args) -> Violation:
+    blocks = _coll(a, "kv_blocks")
+    want = a["kv_params"].dtype
+    if want == FP8:
+        want = _fp8_dtype_on(blocks.device)
+    return None if blocks.dtype == want else (f"{want} on {blocks.device}", blocks.dtype)
+
+
+def _blocks_shape(a: Args) -> Violation:
+    blocks = _coll(a, "kv_blocks")
+    got = shape_of(blocks)
+    want = list(a["kv_params"].shape_per_block)
+    return None if len(got) == 6 and got[1:] == want else (["pages", *want], got)
+
+
+def _no_cache_scales(a: Args) -> Violation:
+    c = a["kv_collection"]
+    extra = c.kv_scales is not None or c.kv_blocks_per_layer is not None
+    return None if not extra else ("kv_scales and kv_blocks_per_layer None", "set")
+
+
+def _coll_tensor(field: str, dtype: DType, shape: list[int] | int) -> Callable[[Args], Violation]:
+    """dtype + exact shape (a list: a CPU tensor) or rank (an int: on hidden_state's device)."""
+
+    def check(a: Args) -> Violation:
+        v = _coll(a, field)
+        got = shape_of(v)
+        if isinstance(shape, list):
+            dev, want = DeviceRef.CPU(), f"{dtype} {shape} on CPU"
+            shape_ok = got == shape
+        else:
+            dev, want = (
+                a["hidden_state"].device,
+                f"{dtype} rank {shape} on {a['hidden_state'].device}",
+            )
+            shape_ok = len(got) == shape
+        ok = v.dtype == dtype and v.device == dev and shape_ok
+        return None if ok else (want, f"{v.dtype} {got} on {v.device}")
+
+    return check
+
+
+def _layer_idx(a: Args) -> Violation:
+    v = a["layer_idx"]
+    layers = a["kv_params"].num_layers
+    if isinstance(v, int) and not isinstance(v, bool):
+        return None if 0 <= v < layers else (f"an int in [0, {layers})", v)
+    if isinstance(v, TensorValue):
+        ok = v.dtype == DType.uint32 and v.rank == 0 and v.device.is_cpu()
+        return (
+            None
+            if ok
+            else ("a uint32 scalar (rank 0) on CPU", f"{v.dtype} rank {v.rank} on {v.device}")
+        )
+    return f"an int in [0, {layers}) or a uint32 scalar TensorValue", type(v).__name__
+
+
+def _kv_scale(a: Args) -> Violation:
+    v = a["kv_scale"]
+    if v is None:
+        return None
+    p = a["kv_params"]
+    if p.dtype != FP8:
+        return (
+            "None (kv_scale applies to a float8_e4m3fn cache only)",
+            f"a tensor for a {p.dtype} cache",
+        )
+    if not isinstance(v, TensorValue):
+        return "a TensorValue or None", type(v).__name__
+    heads = p.n_kv_heads_per_device
+    ok = v.dtype == DType.float32 and shape_of(v) in ([1], [heads])
+    return None if ok else (f"float32 [1] or [{heads}]", f"{v.dtype} {shape_of(v)}")
+
+
+def _same_device(name: str) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a[name] if not name.startswith("kv_collection.") else _coll(a, name.split(".", 1)[1])
+        dev = a["hidden_state"].device
+        return (
+            None
+            if v is None or v.device == dev
+            else (f"{dev} (the device of hidden_state)", v.device)
+        )
+
+    return check
+
+
+_TENSORS = ("hidden_state", "input_row_offsets", "weight", "input_scale", "weight_scale")
+
+K_MATMUL_RAGGED_PAGED_SCALE = Contract(
+    op="k_matmul_ragged_paged_scale",
+    summary=(
+        "k[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·weight_scale[n//gn, k//gk] "
+        "(fp32), written in place into the K half of layer `layer_idx` of MAX's paged cache at "
+        "position cache_lengths[b] + t − offsets[b] of token t's sequence b; an fp8 cache "
+        "stores k / kv_scale. Runtime data is trusted, but a row whose page column is outside "
+        "the lookup table or whose page id is ≥ the cache's page count is skipped (never "
+        "written out of bounds); tokens outside [offsets[0], offsets[B]) are skipped too."
+    ),
+    rules=(
+        Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
+        Rule("kv_params", "dtype bfloat16 or float8_e4m3fn", _kv_params_dtype, TypeError),
+        Rule(
+            "kv_params",
+            "a plain K/V cache: kv_dim 2, no kvcache_quant_config, no per_layer_buffers",
+            _kv_params_plain,
+        ),
+        Rule(
+            "scales_granularity_mnk",
+            "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
+            "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
+            _granularity,
+        ),
+        *(Rule(n, "a TensorValue", _is_tensor(n), TypeError) for n in _TENSORS),
+        Rule(
+            "hidden_state",
+            "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
+            "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
+            _hidden_dtype,
+            TypeError,
+        ),
+        Rule(
+            "hidden_state",
+            "rank 2 [T, K] (T = total new tokens, may be symbolic)",
+            _rank("hidden_state", 2),
+        ),
+        Rule("hidden_state", "K (dim 1) static and positive", _k_static),
+        Rule(
+            "weight",
+            "dtype equals hidden_state's",
+            _dtype_like("weight", "hidden_state"),
+            TypeError,
+        ),
+        Rule(
+            "weight",
+            "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
+            _shape_eq("weight", lambda a: [_n(a), _k(a)]),
+        ),
+        Rule(
+            "input_row_offsets",
+            "dtype uint32",
+            _dtype_is("input_row_offsets", DType.uint32),
+            TypeError,
+        ),
+        Rule("input_row_offsets", "rank 1 [B + 1]", _rank("input_row_offsets", 1)),
+        Rule("input_scale", "dtype float32", _dtype_is("input_scale", DType.float32), TypeError),
+        Rule("input_scale", "rank 2", _rank("input_scale", 2)),
+        Rule(
+            "input_scale",
+            "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
+            "padded and symbolic)",
+            _input_scale_shape,
+        ),
+        Rule("weight_scale", "dtype float32", _dtype_is("weight_scale", DType.float32), TypeError),
+        Rule(
+            "weight_scale",
+            "shape [ceil(N/gn), ceil(K/gk)]",
+            _shape_eq("weight_scale", _weight_scale_shape),
+        ),
+        Rule(
+            "kv_collection.kv_blocks",
+            "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
+            _blocks_dtype,
+            TypeError,
+        ),
+        Rule("kv_collection.kv_blocks", "shape [pages, *kv_params.shape_per_block]", _blocks_shape),
+        Rule(
+            "kv_collection", "no cache scales or per-layer buffers (use kv_scale)", _no_cache_scales
+        ),
+        Rule(
+            "kv_collection.cache_lengths",
+            "uint32 [B] on hidden_state's device",
+            _coll_tensor("cache_lengths", DType.uint32, 1),
+        ),
+        Rule(
+            "kv_collection.lookup_table",
+            "uint32 [B, max_pages] on hidden_state's device",
+            _coll_tensor("lookup_table", DType.uint32, 2),
+        ),
+        *(
+            Rule(f"kv_collection.{f}", f"{d.name} [1] on CPU", _coll_tensor(f, d, [1]))
+            for f, d in (
+                ("page_stride", DType.int64),
+                ("max_prompt_length", DType.uint32),
+                ("max_cache_length", DType.uint32),
+            )
+        ),
+        Rule("layer_idx", "an int in [0, num_layers) or a uint32 scalar on CPU", _layer_idx),
+        Rule(
+            "kv_scale",
+            "None (scale 1), or for a float8_e4m3fn cache float32 [1] (per tensor) or "
+            "[n_kv_heads] (per head); the cache stores k / kv_scale",
+            _kv_scale,
+        ),
+        *(
+            Rule(n, "on hidden_state's device", _same_device(n))
+            for n in (
+                "input_row_offsets",
+                "weight",
+                "input_scale",
+                "weight_scale",
+                "kv_scale",
+                "kv_collection.kv_blocks",
+            )
+        ),
+    ),
+)
+"""Rules of `mojo_gemm.k_matmul_ragged_paged_scale`."""

@@ -1,0 +1,107 @@
+"""Graph function of the FP8 K-cache projection: `k_matmul_ragged_paged_scale`.
+
+A drop-in for MAX's `max.nn.kernels.matmul_k_cache_ragged_scaled_float8` (same arguments, same
+cache, same math) emitting our `k_matmul_ragged_paged_scale` Mojo op, plus `kv_scale` for an
+fp8 cache. The op writes into the cache in place (ops.inplace_custom); it returns nothing.
+
+On CPU, MAX 26.7 graphs cannot hold float8 tensors: pass uint8 tensors holding the e4m3fn bits
+(hidden_state, weight, and the blocks of an fp8 cache); `fp8_dtype_for(device)` says which dtype
+a graph input needs and `mojo_gemm.quant.fp8.fp8_buffer` makes the matching Buffer. The call
+itself is the same on both devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, ops
+from max.nn.kv_cache import KVCacheParams, PagedCacheValues
+
+from ._extension import ensure_kernels_loaded
+from .contracts.k_cache import FP8, FP8_BITS, K_MATMUL_RAGGED_PAGED_SCALE
+
+OP_NAME = "k_matmul_ragged_paged_scale"
+
+
+def fp8_dtype_for(device: DeviceRef) -> DType:
+    """The graph dtype of fp8 data on `device`: float8_e4m3fn on GPU, uint8 (bits) on CPU."""
+    return FP8_BITS if device.is_cpu() else FP8
+
+
+def k_matmul_ragged_paged_scale(
+    kv_params: KVCacheParams,
+    hidden_state: TensorValue,
+    input_row_offsets: TensorValue,
+    weight: TensorValue,
+    input_scale: TensorValue,
+    weight_scale: TensorValue,
+    kv_collection: PagedCacheValues,
+    scales_granularity_mnk: Sequence[int],
+    layer_idx: int | TensorValue,
+    kv_scale: TensorValue | None = None,
+) -> None:
+    """Projects FP8 tokens with a block-scaled FP8 weight and writes K into the paged cache.
+
+    k[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·weight_scale[n//gn, k//gk] in
+    fp32, for (gm, gn, gk) = scales_granularity_mnk (any positive values). Token t of
+    sequence b (input_row_offsets[b] <= t < input_row_offsets[b+1]) is stored at position
+    cache_lengths[b] + t − offsets[b]: page lookup_table[b, pos // page_size], slot
+    pos % page_size, K half, layer `layer_idx`, head n // head_dim, dim n % head_dim. Nothing
+    else in the cache changes. A bf16 cache gets round-to-nearest of k; an fp8 cache gets
+    round(k / kv_scale) (kv_scale per tensor [1] or per head [n_kv_heads]; None means 1).
+
+    hidden_state [T, K] and weight [N, K]: float8_e4m3fn on GPU, uint8 e4m3fn bits on CPU;
+    N = n_kv_heads·head_dim; input_row_offsets uint32 [B + 1]; input_scale float32
+    [ceil(K/gk), >= ceil(T/gm)] (tokens contiguous, padded rows allowed); weight_scale float32
+    [ceil(N/gn), ceil(K/gk)]; kv_collection: MAX's PagedCacheValues for `kv_params`;
+    layer_idx: int or a uint32 scalar on CPU.
+
+    Runtime data (offsets, cache lengths, lookup table) is trusted, but never used to write
+    outside kv_blocks: a token outside [offsets[0], offsets[B]), or whose page column is past
+    the lookup table's width, or whose page id is >= kv_blocks.shape[0], is skipped. With a
+    padded page_stride the blocks' allocation must span pages · page_stride elements (MAX's
+    allocator guarantees it). Raises TypeError / ValueError (`contracts.k_cache`) at graph
+    build time for bad shapes, dtypes or devices.
+    """
+    args = {
+        "kv_params": kv_params,
+        "hidden_state": hidden_state,
+        "input_row_offsets": input_row_offsets,
+        "weight": weight,
+        "input_scale": input_scale,
+        "weight_scale": weight_scale,
+        "kv_collection": kv_collection,
+        "scales_granularity_mnk": tuple(scales_granularity_mnk)
+        if isinstance(scales_granularity_mnk, (tuple, list))
+        else scales_granularity_mnk,
+        "layer_idx": layer_idx,
+        "kv_scale": kv_scale,
+    }
+    K_MATMUL_RAGGED_PAGED_SCALE.validate(args)
+    ensure_kernels_loaded()
+    gm, gn, gk = scales_granularity_mnk
+    device = hidden_state.device
+    if isinstance(layer_idx, int):
+        layer_idx = ops.constant(layer_idx, DType.uint32, device=DeviceRef.CPU())
+    if kv_scale is None:
+        kv_scale = ops.constant([1.0], DType.float32, device=device)
+    ops.inplace_custom(
+        OP_NAME,
+        device,
+        [
+            hidden_state,
+            input_row_offsets,
+            weight,
+            input_scale,
+            weight_scale,
+            kv_scale,
+            *kv_collection.flatten_without_attention_dispatch_metadata(),
+            layer_idx,
+        ],
+        parameters={
+            "m_scale_granularity": int(gm),
+            "n_scale_granularity": int(gn),
+            "k_scale_granularity": int(gk),
+        },
+    )

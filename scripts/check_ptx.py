@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Cross-compiles GPU harnesses for their target and greps the PTX for the instructions the
+fast kernels must use (CI: no GPU needed).
+
+    python scripts/check_ptx.py [--only NAME ...] [--list] [--keep DIR]
+
+Each entry of CHECKS is (name, harness, arch, required, forbidden): the harness (a Mojo program
+under the repository root, built with `mojo build -I <root> --target-accelerator <arch>
+--emit asm`, which writes one .ptx per kernel) must yield PTX in which every `required`
+regular expression matches at least once and no `forbidden` one matches. Add an entry to check
+another kernel. Exit status 1 when any check fails; the summary names the missing patterns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NO_SPILLS = (r"\bld\.local\b", r"\bst\.local\b")
+"""Register spills / local arrays show up as ld.local / st.local."""
+
+
+@dataclass(frozen=True)
+class PtxCheck:
+    """One harness built for one architecture and the PTX it must (not) contain."""
+
+    name: str
+    harness: str
+    """Path of the Mojo program, relative to the repository root."""
+    arch: str
+    """--target-accelerator value, e.g. sm_90a or sm_100a."""
+    required: tuple[str, ...]
+    """Regular expressions that must each match somewhere in the harness's PTX."""
+    forbidden: tuple[str, ...] = field(default=())
+    """Regular expressions that must match nowhere."""
+
+
+GROUPED_HARNESS = "tests/mojo/grouped_gpu_harness.mojo"
+
+CHECKS: tuple[PtxCheck, ...] = (
+    PtxCheck(
+        name="grouped_sm90",
+        harness=GROUPED_HARNESS,
+        arch="sm_90a",
+        required=(
+            r"wgmma\.mma_async\.sync\.aligned\.m64n32k16\.f32\.bf16\.bf16",  # decode tiles
+            r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16",  # prefill tiles
+            r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.f16\.f16",
+            r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier",  # TMA
+            r"mbarrier\.try_wait\.parity",
+            r"mbarrier\.arrive\.expect_tx",
+            r"setmaxnreg\.dec",
+            r"setmaxnreg\.inc",
+        ),
+        forbidden=NO_SPILLS,
+    ),
+    PtxCheck(
+        name="grouped_sm100",
+        harness=GROUPED_HARNESS,
+        arch="sm_100a",
+        required=(
+            r"tcgen05\.mma\.cta_group::1\.kind::f16",
+            r"tcgen05\.mma\.cta_group::2\.kind::f16",
+            r"tcgen05\.alloc\.cta_group::1",
+            r"tcgen05\.alloc\.cta_group::2",
+            r"tcgen05\.dealloc\.cta_group::[12]",
+            r"tcgen05\.ld\.sync\.aligned\.32x32b",
+            r"tcgen05\.commit\.cta_group::1",
+            r"tcgen05\.commit\.cta_group::2.*multicast",
+            r"cp\.async\.bulk\.tensor\.2d\.cta_group::2",  # pair loads signal the leader
+            r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier",
+            r"\.reqnctapercluster 2, 1, 1",
+        ),
+        forbidden=NO_SPILLS,
+    ),
+)
+
+
+def build_ptx(check: PtxCheck, out_dir: Path) -> list[Path]:
+    """Builds the harness with --emit asm into out_dir and returns its .ptx files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / check.name
+    cmd = [
+        "mojo", "build", "-I", str(ROOT), "--target-accelerator", check.arch, "--emit", "asm",
+        str(ROOT / check.harness), "-o", f"{stem}.s",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if run.returncode != 0:
+        errors = [ln for ln in (run.stdout + run.stderr).splitlines() if "warning" not in ln]
+        raise RuntimeError(f"{check.name}: mojo build failed:\n" + "\n".join(errors[-60:]))
+    return sorted(out_dir.glob(f"{check.name}*.ptx"))
+
+
+def evaluate(check: PtxCheck, ptx_files: list[Path]) -> list[str]:
+    """The problems found (empty when the check passes)."""
+    if not ptx_files:
+        return ["no .ptx files were produced"]
+    text = "\n".join(p.read_text(errors="replace") for p in ptx_files)
+    problems = [f"missing /{pat}/" for pat in check.required if not re.search(pat, text)]
+    for pat in check.forbidden:
+        hits = [p.name for p in ptx_files if re.search(pat, p.read_text(errors="replace"))]
+        if hits:
+            problems.append(f"forbidden /{pat}/ in {', '.join(hits[:3])}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", default=None, help="check names to run")
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the PTX in this folder")
+    args = parser.parse_args()
+    checks = [c for c in CHECKS if args.only is None or c.name in args.only]
+    if args.list:
+        for c in CHECKS:
+            print(f"{c.name}: {c.harness} for {c.arch}: {len(c.required)} required, "
+                  f"{len(c.forbidden)} forbidden")
+        return 0
+    if not checks:
+        print(f"no such check; known: {', '.join(c.name for c in CHECKS)}", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="check_ptx_"))
+    failed = 0
+    try:
+        for check in checks:
+            t0 = time.perf_counter()
+            out_dir = (args.keep or tmp) / check.name
+            try:
+                problems = evaluate(check, build_ptx(check, out_dir))
+            except RuntimeError as err:
+                problems = [str(err)]
+            status = "OK" if not problems else "FAIL"
+            print(f"{status} {check.name} ({check.arch}, {time.perf_counter() - t0:.1f}s)",
+                  flush=True)
+            for p in problems:
+                print(f"    {p}")
+            failed += bool(problems)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("all PTX checks passed" if not failed else f"{failed} PTX check(s) failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+# GPU harness of grouped_matmul_sm100_persistent (no MAX graph): runs the launcher's fast kernel
+# for the build's target (sm_90a -> sm90.mojo, sm_100a -> sm100.mojo) against the simple
+# one-thread-per-output kernel on the same device, over ragged groups, an empty group, a single
+# token, an expert id of -1, G_active < G (poisoned rows must stay untouched), plane splits and
+# the SwiGLU + row-scale epilogue, for bf16 and fp16; decode-sized and prefill-sized groups.
+#
+#   mojo build -I . --target-accelerator sm_90a tests/mojo/grouped_gpu_harness.mojo -o h && ./h
+# Prints one line per case and "ALL PASS" (exit 0) or raises.
+from std.math import ceildiv
+from std.sys import argv
+from std.time import perf_counter_ns
+from max.gpu import global_idx
+from max.gpu.host import DeviceContext
+
+from mojo_kernels.grouped_gemm.gpu_naive import grouped_matmul_gpu_naive
+from mojo_kernels.grouped_gemm.launcher import launch_grouped_matmul
+from mojo_kernels.grouped_gemm.scheduler import GroupedShape
+
+comptime POISON = -777.0
+
+
+def lcg(mut seed: UInt32) -> Float32:
+    seed = seed * 1664525 + 1013904223
+    return Float32(Int(seed >> 8) % 2001) / 1000.0 - 1.0
+
+
+def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool](
+    ctx: DeviceContext, name: StaticString, T: Int, K: Int, N: Int, E: Int,
+    offsets: List[Int], ids: List[Int], g_active: Int,
+) raises:
+    var G = len(ids)
+    var a_rows = 3 * T if s0 > 0 else T
+    var Nc = N // 2 if swiglu else N
+    var a = ctx.enqueue_create_buffer[dtype](max(a_rows * K, 1))
+    var b = ctx.enqueue_create_buffer[dtype](E * N * K)
+    var offs = ctx.enqueue_create_buffer[DType.uint32](G + 1)
+    var eids = ctx.enqueue_create_buffer[DType.int32](G)
+    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
+    var rs = ctx.enqueue_create_buffer[DType.float32](max(T, 1))
+    var c = ctx.enqueue_create_buffer[dtype](max(T * Nc, 1))
+    var c_ref = ctx.enqueue_create_buffer[dtype](max(T * Nc, 1))
+    var seed: UInt32 = 1234
+    with a.map_to_host() as h:
+        for i in range(a_rows * K):
+            h[i] = lcg(seed).cast[dtype]()
+    with b.map_to_host() as h:
+        for i in range(E * N * K):
+            h[i] = lcg(seed).cast[dtype]()
+    with offs.map_to_host() as h:
+        for i in range(G + 1):
+            h[i] = UInt32(offsets[i])
+    with eids.map_to_host() as h:
+        for i in range(G):
+            h[i] = Int32(ids[i])
+    with stats.map_to_host() as h:
+        h[0] = UInt32(T)
+        h[1] = UInt32(g_active)
+    with rs.map_to_host() as h:
+        for i in range(T):
+            h[i] = 0.5 + 0.25 * lcg(seed)
+    c.enqueue_fill(Scalar[dtype](POISON))
+    c_ref.enqueue_fill(Scalar[dtype](POISON))
+    var shape = GroupedShape(T=T, K=K, N=N, Nc=Nc, E=E, G=G, a_rows=a_rows)
+    var ap = a.unsafe_ptr().as_unsafe_any_origin()
+    var bp = b.unsafe_ptr().as_unsafe_any_origin()
+    var op = offs.unsafe_ptr().as_unsafe_any_origin()
+    var ip = eids.unsafe_ptr().as_unsafe_any_origin()
+    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
+    var rp = rs.unsafe_ptr().as_unsafe_any_origin()
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, "gpu"](
+        c.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
+    grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+        c_ref.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
+    ctx.synchronize()
+    var err2 = Float64(0)
+    var ref2 = Float64(0)
+    var bad_poison = 0
+    with c.map_to_host() as hc:
+        with c_ref.map_to_host() as hr:
+            for i in range(T * Nc):
+                var x = Float64(hc[i].cast[DType.float32]())
+                var r = Float64(hr[i].cast[DType.float32]())
+                if r == Float64(Scalar[dtype](POISON).cast[DType.float32]()):
+                    if x != r:
+                        bad_poison += 1
+                    continue
+                err2 += (x - r) * (x - r)
+                ref2 += r * r
+    var rel = (err2 / max(ref2, 1e-30)) ** 0.5
+    var ok = rel <= 1e-2 and bad_poison == 0
+    print(name, dtype, "T =", T, "K =", K, "N =", N, "G =", G, "rel err =", rel,
+          "poison overwritten =", bad_poison, "PASS" if ok else "FAIL")
+    if not ok:
+        raise Error("grouped harness: case failed: ", name)
+
+
+def cases[dtype: DType](ctx: DeviceContext) raises:
+    # decode-sized ragged groups: empty group, single token, -1 expert, G_active < G
+    run_case[dtype, 0, 0, False, False](ctx, "decode_ragged", 40, 256, 200, 6,
+        [0, 5, 5, 6, 20, 33, 40], [3, 1, 0, -1, 5, 2], 5)
+    # prefill-sized groups, K and N not multiples of the tiles
+    run_case[dtype, 0, 0, False, False](ctx, "prefill", 700, 328, 328, 4,
+        [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
+    # many k-tiles and tiles per CTA: the stage ring wraps across tiles
+    run_case[dtype, 0, 0, False, False](ctx, "prefill_big", 2000, 1024, 512, 3,
+        [0, 900, 1999, 2000], [1, 2, 0], 3)
+    # K * 2 bytes not a multiple of 16: the TMA-less fallback
+    run_case[dtype, 0, 0, False, False](ctx, "odd_k", 50, 100, 136, 2,
+        [0, 20, 50], [1, 0], 2)
+    # plane splits over a [3 T, K] stack
+    run_case[dtype, 128, 256, False, False](ctx, "planes", 90, 128, 384, 3,
+        [0, 30, 31, 90], [0, 2, 1], 3)
+    # SwiGLU + router weights
+    run_case[dtype, 0, 0, True, True](ctx, "swiglu_scale", 200, 192, 256, 5,
+        [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
+
+
+def _fill_kernel[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], n: Int64, seed: UInt32):
+    var i = global_idx.x
+    if i < Int(n):
+        var h = UInt32(i) * 2654435761 + seed
+        h = (h ^ (h >> 15)) * 2246822519
+        h = h ^ (h >> 13)
+        p[unsafe_offset=i] = (Float32(Int(h % 2001)) / 1000.0 - 1.0).cast[dtype]()
+
+
+def bench(ctx: DeviceContext, name: StaticString, tokens_per_group: Int, G: Int, N: Int, K: Int,
+          iters: Int) raises:
+    """Times the fast kernel on G equal groups (bf16): decode reports weight GB/s, prefill TFLOP/s."""
+    comptime dtype = DType.bfloat16
+    var T = tokens_per_group * G
+    var a = ctx.enqueue_create_buffer[dtype](T * K)
+    var b = ctx.enqueue_create_buffer[dtype](G * N * K)
+    var c = ctx.enqueue_create_buffer[dtype](T * N)
+    var offs = ctx.enqueue_create_buffer[DType.uint32](G + 1)
+    var eids = ctx.enqueue_create_buffer[DType.int32](G)
+    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
+    ctx.enqueue_function[_fill_kernel[dtype]](a.unsafe_ptr().as_unsafe_any_origin(), Int64(T * K),
+        UInt32(1), grid_dim=ceildiv(T * K, 256), block_dim=256)
+    ctx.enqueue_function[_fill_kernel[dtype]](b.unsafe_ptr().as_unsafe_any_origin(), Int64(G * N * K),
+        UInt32(2), grid_dim=ceildiv(G * N * K, 256), block_dim=256)
+    with offs.map_to_host() as h:
+        for g in range(G + 1):
+            h[g] = UInt32(g * tokens_per_group)
+    with eids.map_to_host() as h:
+        for g in range(G):
+            h[g] = Int32(g)
+    with stats.map_to_host() as h:
+        h[0] = UInt32(tokens_per_group)
+        h[1] = UInt32(G)
+    var shape = GroupedShape(T=T, K=K, N=N, Nc=N, E=G, G=G, a_rows=T)
+    var cp = c.unsafe_ptr().as_unsafe_any_origin()
+    var ap = a.unsafe_ptr().as_unsafe_any_origin()
+    var bp = b.unsafe_ptr().as_unsafe_any_origin()
+    var op = offs.unsafe_ptr().as_unsafe_any_origin()
+    var ip = eids.unsafe_ptr().as_unsafe_any_origin()
+    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
+    for _ in range(3):
+        launch_grouped_matmul[dtype, 0, 0, False, False, "gpu"](cp, ap, bp, op, ip, sp, sp.unsafe_bitcast[Float32](), shape, ctx)
+    ctx.synchronize()
+    var t0 = perf_counter_ns()
+    for _ in range(iters):
+        launch_grouped_matmul[dtype, 0, 0, False, False, "gpu"](cp, ap, bp, op, ip, sp, sp.unsafe_bitcast[Float32](), shape, ctx)
+    ctx.synchronize()
+    var dt = Float64(perf_counter_ns() - t0) / 1e9 / Float64(iters)
+    var flops = 2.0 * Float64(T) * Float64(N) * Float64(K)
+    var wbytes = Float64(G * N * K * 2)
+    print("bench", name, "G =", G, "tokens/group =", tokens_per_group, "N =", N, "K =", K,
+          "time =", dt * 1e6, "us  TFLOP/s =", flops / dt / 1e12, " weight GB/s =", wbytes / dt / 1e9)
+
+
+def main() raises:
+    var ctx = DeviceContext()
+    cases[DType.bfloat16](ctx)
+    cases[DType.float16](ctx)
+    print("ALL PASS")
+    var args = argv()
+    if len(args) > 1 and args[1] == "bench":
+        bench(ctx, "decode", 4, 8, 4096, 7168, 50)
+        bench(ctx, "decode1", 1, 64, 2048, 7168, 50)
+        bench(ctx, "prefill", 1024, 8, 4096, 7168, 10)

@@ -1,0 +1,202 @@
+"""GPU tests of the W4A16 tensor-core path (standalone program; needs an NVIDIA GPU).
+
+    python tests/mojo/int4_gemm_fixture.py .gpu-bin/int4_gemm_fixture.bin
+    ../shared/gpu/bundle-bin -I . -I tests/mojo tests/mojo/int4_gemm_gpu_test.mojo
+    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture]
+
+1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
+2. Fixture problems packed by python/mojo_gemm/quant/int4_layout.py with float64 results: the
+   naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match.
+3. A random mid-size problem (fp16, g128, zeros, bias) against the naive reference.
+Every output is poisoned with NaN before each run. Exit code 1 on any failure.
+"""
+
+from max.gpu.host import DeviceContext, DeviceBuffer
+from std.sys import argv, exit
+
+from mojo_kernels.int4_gemm.config import (
+    Int4GemmConfig, resolve_config, smem_usage, SMEM_BUDGET_SM90,
+)
+from mojo_kernels.int4_gemm.gpu_dispatch import int4_gemm_gpu, int4_gemm_gpu_config
+from int4_gemm_ref import (
+    F32, fill_uniform, fill_u32, fill_codes, fill_nan, run_reference, compare_rows, CheckResult,
+)
+
+comptime TOL = 1e-2
+
+
+def check_resolver() raises -> Bool:
+    """Stages are reduced first (down to 3), then warp-k partitions, then an Error."""
+    var ok = True
+    # 64 x 128 tile, 8 partitions: the 7 fp32 partial tiles (224 KiB) dominate every stage
+    # count, so only halving the partitions helps.
+    var cfg = Int4GemmConfig(bm=64, bn=128, bk=128, wm=64, wn=64, stages=4, warp_k=8, split_k=1)
+    var b1 = smem_usage(cfg.with_warp_k(4), 128, False)
+    var r1 = resolve_config(cfg, 128, False, b1)
+    print("resolver: usage(", cfg, ") =", smem_usage(cfg, 128, False), "; budget", b1, "->", r1)
+    ok = ok and r1.warp_k == 4 and r1.stages == 4
+    ok = ok and resolve_config(cfg, 128, False, SMEM_BUDGET_SM90).warp_k == 8
+    # ring-dominated: fits only at 3 stages with the requested partitions
+    var cfg2 = Int4GemmConfig(bm=64, bn=256, bk=128, wm=64, wn=64, stages=6, warp_k=2, split_k=1)
+    var b2 = smem_usage(cfg2.with_stages(3), 128, False)
+    var r2 = resolve_config(cfg2, 128, False, b2)
+    print("resolver: budget", b2, "->", r2)
+    ok = ok and r2.stages == 3 and r2.warp_k == 2
+    # fits only with fewer partitions (and then the stage search restarts from 4)
+    var b3 = smem_usage(cfg.with_warp_k(2).with_stages(3), 128, False)
+    var r3 = resolve_config(cfg, 128, False, b3)
+    print("resolver: budget", b3, "->", r3)
+    ok = ok and r3.warp_k == 2 and r3.stages == 3
+    var raised = False
+    try:
+        _ = resolve_config(cfg, 128, False, 4096)
+    except e:
+        raised = True
+        print("resolver: budget 4096 -> Error:", e)
+    ok = ok and raised
+    print("resolver:", "PASS" if ok else "FAIL")
+    return ok
+
+
+def _upload_f32_as[dtype: DType](ctx: DeviceContext, src: Pointer[Float32, MutAnyOrigin], n: Int) raises -> DeviceBuffer[dtype]:
+    var h = ctx.enqueue_create_host_buffer[dtype](n)
+    ctx.synchronize()
+    for i in range(n):
+        h[i] = src[unsafe_offset=i].cast[dtype]()
+    var d = ctx.enqueue_create_buffer[dtype](n)
+    ctx.enqueue_copy(d, h)
+    return d
+
+
+def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+    ctx: DeviceContext, base: Pointer[UInt8, MutAnyOrigin], mut off: Int
+) raises -> Bool:
+    var hdr = base.unsafe_offset(off).unsafe_bitcast[Int32]()
+    var m = Int(hdr[unsafe_offset=0])
+    var n = Int(hdr[unsafe_offset=1])
+    var np_ = Int(hdr[unsafe_offset=2])
+    var kp = Int(hdr[unsafe_offset=3])
+    var g = Int(hdr[unsafe_offset=4])
+    off += 32
+    var groups = kp // (kp if g <= 0 else g)
+    comptime want_dt = 0 if dtype == DType.bfloat16 else 1
+    if g != group_size or Bool(Int(hdr[unsafe_offset=5])) != has_zeros or Bool(Int(hdr[unsafe_offset=6])) != has_bias or Int(hdr[unsafe_offset=7]) != want_dt:
+        print("fixture header does not match the instantiation")
+        return False
+    var nw = np_ // 64 * kp * 8
+    var hq = ctx.enqueue_create_host_buffer[DType.uint32](nw)
+    ctx.synchronize()
+    var qsrc = base.unsafe_offset(off).unsafe_bitcast[UInt32]()
+    for i in range(nw):
+        hq[i] = qsrc[unsafe_offset=i]
+    off += nw * 4
+    var qw = ctx.enqueue_create_buffer[DType.uint32](nw)
+    ctx.enqueue_copy(qw, hq)
+    var x = _upload_f32_as[dtype](ctx, base.unsafe_offset(off).unsafe_bitcast[Float32](), m * kp)
+    off += m * kp * 4
+    var s = _upload_f32_as[dtype](ctx, base.unsafe_offset(off).unsafe_bitcast[Float32](), groups * np_)
+    off += groups * np_ * 4
+    var z = _upload_f32_as[dtype](ctx, base.unsafe_offset(off).unsafe_bitcast[Float32](), groups * np_)
+    off += groups * np_ * 4
+    var b = _upload_f32_as[dtype](ctx, base.unsafe_offset(off).unsafe_bitcast[Float32](), n)
+    off += n * 4
+    var ref64 = _upload_f32_as[F32](ctx, base.unsafe_offset(off).unsafe_bitcast[Float32](), m * n)
+    off += m * n * 4
+
+    var ok = True
+    var out = ctx.enqueue_create_buffer[dtype](m * n)
+    var refn = ctx.enqueue_create_buffer[F32](m * n)
+    var op = out.unsafe_ptr().as_unsafe_any_origin()
+    # naive GPU reference vs the float64 fixture result (validates the reference + layout map)
+    run_reference[dtype, group_size, has_zeros, has_bias](
+        ctx, refn.unsafe_ptr().as_unsafe_any_origin(), x.unsafe_ptr().as_unsafe_any_origin(),
+        qw.unsafe_ptr().as_unsafe_any_origin(), s.unsafe_ptr().as_unsafe_any_origin(),
+        z.unsafe_ptr().as_unsafe_any_origin(), b.unsafe_ptr().as_unsafe_any_origin(), n, kp, np_, 1, m)
+    var rr = compare_rows[F32](ctx, refn.unsafe_ptr().as_unsafe_any_origin(), ref64, n, 1, m)
+    print("fixture M=", m, " N=", n, " Np=", np_, " Kp=", kp, " g=", g, " zeros=", has_zeros,
+          " bias=", has_bias, " ", dtype, ": naive ref rel err ", rr.rel_err)
+    ok = ok and rr.rel_err < 1e-5
+    var splits: List[Int] = [0, 1, 2, 3, 8]
+    for si in range(len(splits)):
+        var sk = splits[si]
+        fill_nan[dtype](ctx, op, m * n)
+        int4_gemm_gpu[dtype, group_size, has_zeros, has_bias](
+            op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
+            s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
+            b.unsafe_ptr().as_unsafe_any_origin(), m, n, kp, ctx, np_=np_, split_k=sk)
+        var r = compare_rows[dtype](ctx, op, ref64, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    ", int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, sk), ": rel err ",
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL")
+        ok = ok and good
+    return ok
+
+
+def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+    ctx: DeviceContext, m: Int, n: Int, kp: Int
+) raises -> Bool:
+    var np_ = (n + 63) // 64 * 64
+    var groups = kp // (kp if group_size <= 0 else group_size)
+    var qw = ctx.enqueue_create_buffer[DType.uint32](np_ // 64 * kp * 8)
+    var x = ctx.enqueue_create_buffer[dtype](m * kp)
+    var s = ctx.enqueue_create_buffer[dtype](groups * np_)
+    var z = ctx.enqueue_create_buffer[dtype](groups * np_)
+    var b = ctx.enqueue_create_buffer[dtype](n)
+    var out = ctx.enqueue_create_buffer[dtype](m * n)
+    var refn = ctx.enqueue_create_buffer[F32](m * n)
+    var qp = qw.unsafe_ptr().as_unsafe_any_origin()
+    var xp = x.unsafe_ptr().as_unsafe_any_origin()
+    var sp = s.unsafe_ptr().as_unsafe_any_origin()
+    var zp = z.unsafe_ptr().as_unsafe_any_origin()
+    var bp = b.unsafe_ptr().as_unsafe_any_origin()
+    var op = out.unsafe_ptr().as_unsafe_any_origin()
+    fill_u32(ctx, qp, np_ // 64 * kp * 8, 11)
+    fill_uniform[dtype](ctx, xp, m * kp, 12, -1.0, 1.0)
+    fill_uniform[dtype](ctx, sp, groups * np_, 13, 0.002, 0.01)
+    fill_codes[dtype](ctx, zp, groups * np_, 14)
+    fill_uniform[dtype](ctx, bp, n, 15, -1.0, 1.0)
+    run_reference[dtype, group_size, has_zeros, has_bias](
+        ctx, refn.unsafe_ptr().as_unsafe_any_origin(), xp, qp, sp, zp, bp, n, kp, np_, 1, m)
+    var ok = True
+    var splits: List[Int] = [0, 1, 4, 8]
+    for si in range(len(splits)):
+        fill_nan[dtype](ctx, op, m * n)
+        int4_gemm_gpu[dtype, group_size, has_zeros, has_bias](op, xp, qp, sp, zp, bp, m, n, kp, ctx, split_k=splits[si])
+        var r = compare_rows[dtype](ctx, op, refn, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("random M=", m, " N=", n, " Kp=", kp, " g=", group_size, " ", dtype, " ",
+              int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, splits[si]), ": rel err ",
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL")
+        ok = ok and good
+    return ok
+
+
+def main() raises:
+    var ok = check_resolver()
+    var ctx = DeviceContext()
+    var path = String(".gpu-bin/int4_gemm_fixture.bin")
+    var args = argv()
+    if len(args) > 1:
+        path = String(args[1])
+    var data: List[UInt8]
+    with open(path, "r") as f:
+        data = f.read_bytes()
+    var base = data.unsafe_ptr().as_unsafe_any_origin()
+    var ncases = Int(base.unsafe_bitcast[Int32]()[unsafe_offset=0])
+    var off = 4
+    # the instantiations follow CASES in int4_gemm_fixture.py
+    ok = fixture_case[DType.bfloat16, 128, True, True](ctx, base, off) and ok
+    ok = fixture_case[DType.float16, 64, True, False](ctx, base, off) and ok
+    ok = fixture_case[DType.float16, -1, False, False](ctx, base, off) and ok
+    ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off) and ok
+    ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off) and ok
+    if ncases != 5 or off != len(data):
+        print("fixture: expected 5 cases and", len(data), "bytes, read", off)
+        ok = False
+    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048) and ok
+    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024) and ok
+    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072) and ok
+    print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED")
+    if not ok:
+        exit(1)

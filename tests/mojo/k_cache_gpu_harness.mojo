@@ -1,0 +1,282 @@
+# Standalone GPU check + timing of k_matmul_ragged_paged_scale (no MAX graph): the op's
+# execute["gpu"] on device buffers vs its execute["cpu"] on host copies (the CPU path is checked
+# against float64 by tests/test_k_cache.py), both writing a poisoned paged cache; then
+# "one-sided" counts elements only one of them wrote (must be 0). Covers the wgmma (both tile
+# configs), mma.sync split-K and SIMT kernels, bf16/fp8 caches, padded page_stride, bad LUT
+# entries, T = 0; then times decode and prefill (N = 1024, K = 7168) with a host loop and with
+# device events. From the repository root:
+#   mojo build -I . --target-accelerator sm_90a k_cache_gpu_harness.mojo -o h && ./h
+from extensibility import InputTensor, _MutableInputTensor, StaticTensorSpec
+from extensibility.managed_tensor_slice import get_row_major_tensor_spec_static
+from max.gpu.host import DeviceContext
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
+from std.time import perf_counter_ns
+from std.utils.index import IndexList
+from std.math import ceildiv
+
+from mojo_kernels.registrations import KMatmulRaggedPagedScale
+
+comptime U8 = DType.uint8
+comptime FP8 = DType.float8_e4m3fn
+comptime F32 = DType.float32
+comptime In2[dt: DType] = InputTensor[static_spec=StaticTensorSpec[dt, 2, ...].get_unknown()]
+comptime In1[dt: DType] = InputTensor[static_spec=StaticTensorSpec[dt, 1, ...].get_unknown()]
+
+
+struct Rng:
+    var s: UInt64
+
+    def __init__(out self, seed: UInt64):
+        self.s = seed * 6364136223846793005 + 1442695040888963407
+
+    def next(mut self) -> Float32:
+        """Uniform in [-1, 1)."""
+        self.s = self.s * 6364136223846793005 + 1442695040888963407
+        return Float32(Int((self.s >> 33) % 2000001)) / 1000000.0 - 1.0
+
+
+def run_case[
+    cache_dtype: DType, H: Int, D: Int, L: Int, PAGE: Int, PAGES: Int, gm: Int, gn: Int, gk: Int
+](
+    ctx: DeviceContext, name: String, K: Int, lengths: List[Int], cache_lens: List[Int],
+    pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False,
+) raises:
+    comptime N = H * D
+    comptime PAGE_ELEMS = 2 * L * PAGE * N
+    comptime Blocks = _MutableInputTensor[
+        static_spec=get_row_major_tensor_spec_static[cache_dtype, 6, PAGES, 2, L, PAGE, H, D]()]
+    var B = len(lengths)
+    var T = 0
+    for b in range(B):
+        T += lengths[b]
+    var kb = ceildiv(K, gk)
+    var ts = ceildiv(ceildiv(T, gm), 4) * 4
+    if ts == 0:
+        ts = 4
+    var layer = L - 1
+    var stride = PAGE_ELEMS + pad
+    var arena_len = PAGES * stride
+    var rng = Rng(UInt64(K * 7 + T))
+
+    # ---- host data
+    var h_x = unsafe_alloc[Scalar[FP8]](max(T * K, 1))
+    var h_w = unsafe_alloc[Scalar[FP8]](N * K)
+    var h_as = unsafe_alloc[Float32](kb * ts)
+    var h_ws = unsafe_alloc[Float32](ceildiv(N, gn) * kb)
+    var h_kvs = unsafe_alloc[Float32](H)
+    var h_off = unsafe_alloc[UInt32](B + 1)
+    var h_cl = unsafe_alloc[UInt32](max(B, 1))
+    var lut_cols = 1
+    for b in range(B):
+        lut_cols = max(lut_cols, ceildiv(cache_lens[b] + lengths[b], PAGE) + 1)
+    var h_lut = unsafe_alloc[UInt32](max(B, 1) * lut_cols)
+    var h_arena = unsafe_alloc[Scalar[cache_dtype]](arena_len)
+    var h_ps = unsafe_alloc[Int64](1)
+    var h_mp = unsafe_alloc[UInt32](1)
+    var h_mc = unsafe_alloc[UInt32](1)
+    for i in range(T * K):
+        h_x[unsafe_offset=i] = (rng.next() * 400.0).cast[FP8]()
+    for i in range(N * K):
+        h_w[unsafe_offset=i] = (rng.next() * 400.0).cast[FP8]()
+    for i in range(kb * ts):
+        h_as[unsafe_offset=i] = (rng.next() * 0.5 + 1.0) * 1e-3
+    for i in range(ceildiv(N, gn) * kb):
+        h_ws[unsafe_offset=i] = (rng.next() * 0.5 + 1.0) * 1e-4
+    for h in range(H):
+        h_kvs[unsafe_offset=h] = Float32(0.02) * Float32(h + 1) if per_head_scale else Float32(0.05)
+    h_off[unsafe_offset=0] = 0
+    for b in range(B):
+        h_off[unsafe_offset=b + 1] = h_off[unsafe_offset=b] + UInt32(lengths[b])
+        h_cl[unsafe_offset=b] = UInt32(cache_lens[b])
+    var next_page = 0
+    for b in range(B):
+        for c in range(lut_cols):
+            var need = ceildiv(cache_lens[b] + lengths[b], PAGE)
+            if c < need:
+                h_lut[unsafe_offset=b * lut_cols + c] = UInt32((next_page * 11) % (PAGES - 1))
+                next_page += 1
+            else:
+                h_lut[unsafe_offset=b * lut_cols + c] = UInt32(PAGES - 1)   # the null page
+    if next_page > PAGES - 1:
+        raise Error("not enough pages")
+    if bad_lut and B > 0:
+        h_lut[unsafe_offset=0] = UInt32(PAGES + 1000)   # out of range: the op must skip those rows
+    var poison = Scalar[cache_dtype](-77.0)
+    for i in range(arena_len):
+        h_arena[unsafe_offset=i] = poison
+    h_ps[unsafe_offset=0] = Int64(-1) if pad == 0 else Int64(stride)
+    h_mp[unsafe_offset=0] = 1
+    h_mc[unsafe_offset=0] = 1
+
+    # ---- device copies
+    var d_x = ctx.enqueue_create_buffer[FP8](max(T * K, 1))
+    var d_w = ctx.enqueue_create_buffer[FP8](N * K)
+    var d_as = ctx.enqueue_create_buffer[F32](kb * ts)
+    var d_ws = ctx.enqueue_create_buffer[F32](ceildiv(N, gn) * kb)
+    var d_kvs = ctx.enqueue_create_buffer[F32](H)
+    var d_off = ctx.enqueue_create_buffer[DType.uint32](B + 1)
+    var d_cl = ctx.enqueue_create_buffer[DType.uint32](max(B, 1))
+    var d_lut = ctx.enqueue_create_buffer[DType.uint32](max(B, 1) * lut_cols)
+    var d_arena = ctx.enqueue_create_buffer[cache_dtype](arena_len)
+    ctx.enqueue_copy(d_x, h_x)
+    ctx.enqueue_copy(d_w, h_w)
+    ctx.enqueue_copy(d_as, h_as)
+    ctx.enqueue_copy(d_ws, h_ws)
+    ctx.enqueue_copy(d_kvs, h_kvs)
+    ctx.enqueue_copy(d_off, h_off)
+    ctx.enqueue_copy(d_cl, h_cl)
+    ctx.enqueue_copy(d_lut, h_lut)
+    ctx.enqueue_copy(d_arena, h_arena)
+    ctx.synchronize()
+
+    comptime Op = KMatmulRaggedPagedScale[gm, gn, gk]
+    var nkv = H if per_head_scale else 1
+
+    @always_inline
+    def run_gpu() raises {var d_x, var d_w, var d_as, var d_ws, var d_kvs, var d_off, var d_cl, var d_lut,
+                          var d_arena, var h_ps, var h_mp, var h_mc, var T, var K, var kb, var ts, var B,
+                          var lut_cols, var nkv, var layer, var ctx}:
+        Op.execute["gpu"](
+            In2[FP8](d_x.unsafe_ptr(), IndexList[2](T, K)),
+            In1[DType.uint32](d_off.unsafe_ptr(), IndexList[1](B + 1)),
+            In2[FP8](d_w.unsafe_ptr(), IndexList[2](N, K)),
+            In2[F32](d_as.unsafe_ptr(), IndexList[2](kb, ts)),
+            In2[F32](d_ws.unsafe_ptr(), IndexList[2](ceildiv(N, gn), kb)),
+            In1[F32](d_kvs.unsafe_ptr(), IndexList[1](nkv)),
+            Blocks(d_arena.unsafe_ptr(), IndexList[6](PAGES, 2, L, PAGE, H, D)),
+            In1[DType.int64](h_ps, IndexList[1](1)),
+            In1[DType.uint32](d_cl.unsafe_ptr(), IndexList[1](B)),
+            In2[DType.uint32](d_lut.unsafe_ptr(), IndexList[2](B, lut_cols)),
+            In1[DType.uint32](h_mp, IndexList[1](1)),
+            In1[DType.uint32](h_mc, IndexList[1](1)),
+            UInt32(layer), ctx)
+
+    run_gpu()
+    ctx.synchronize()
+    print("==", name, ": T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
+          " cache", cache_dtype, " pad", pad)
+
+    if check:
+        var g_arena = unsafe_alloc[Scalar[cache_dtype]](arena_len)
+        ctx.enqueue_copy(g_arena, d_arena)
+        ctx.synchronize()
+        var host = DeviceContext(api="cpu")
+        Op.execute["cpu"](
+            In2[FP8](h_x, IndexList[2](T, K)),
+            In1[DType.uint32](h_off, IndexList[1](B + 1)),
+            In2[FP8](h_w, IndexList[2](N, K)),
+            In2[F32](h_as, IndexList[2](kb, ts)),
+            In2[F32](h_ws, IndexList[2](ceildiv(N, gn), kb)),
+            In1[F32](h_kvs, IndexList[1](nkv)),
+            Blocks(h_arena, IndexList[6](PAGES, 2, L, PAGE, H, D)),
+            In1[DType.int64](h_ps, IndexList[1](1)),
+            In1[DType.uint32](h_cl, IndexList[1](B)),
+            In2[DType.uint32](h_lut, IndexList[2](B, lut_cols)),
+            In1[DType.uint32](h_mp, IndexList[1](1)),
+            In1[DType.uint32](h_mc, IndexList[1](1)),
+            UInt32(layer), host)
+        var written = 0
+        var same = 0
+        var one_sided = 0
+        var d2 = Float64(0)
+        var r2 = Float64(0)
+        for i in range(arena_len):
+            var c = h_arena[unsafe_offset=i]
+            var g = g_arena[unsafe_offset=i]
+            var cb = bits[cache_dtype](c)
+            var gb = bits[cache_dtype](g)
+            var pb = bits[cache_dtype](poison)
+            if cb != pb:
+                written += 1
+            if cb == gb:
+                same += 1
+                if cb != pb:
+                    r2 += Float64(c.cast[F32]()) ** 2
+                continue
+            if cb == pb or gb == pb:
+                one_sided += 1
+                continue
+            var cf = Float64(c.cast[F32]())
+            var gf = Float64(g.cast[F32]())
+            d2 += (cf - gf) ** 2
+            r2 += cf ** 2
+        var rel = (d2 / r2) ** 0.5 if r2 > 0 else 0.0
+        var expect = T * N
+        print("   written", written, "(expected <=", expect, ")  bit-identical", same, "of", arena_len,
+              "  one-sided", one_sided, "  rel err vs CPU", rel,
+              "PASS" if one_sided == 0 and rel < 1e-2 and written <= expect and (written > expect * 9 // 10 or expect == 0 or bad_lut) else "FAIL")
+        g_arena.unsafe_free()
+
+    if iters > 0:
+        for _ in range(3):
+            run_gpu()
+        ctx.synchronize()
+        var t0 = perf_counter_ns()
+        for _ in range(iters):
+            run_gpu()
+        ctx.synchronize()
+        var dt = Float64(perf_counter_ns() - t0) / 1e9 / Float64(iters)
+        var ev = Float64(ctx.execution_time(run_gpu, iters)) / 1e9 / Float64(iters)
+        var gbs = Float64(N * K + T * K) / dt / 1e9
+        var tflops = 2.0 * Float64(T) * Float64(N) * Float64(K) / dt / 1e12
+        print("   time/call", dt * 1e6, "us (host loop),", ev * 1e6, "us (device events)   ", gbs,
+              "GB/s (weights+acts, host loop)   ", tflops, "TFLOP/s")
+
+
+@always_inline
+def bits[dt: DType](x: Scalar[dt]) -> Int:
+    comptime if dt == DType.bfloat16:
+        return Int(bitcast[DType.uint16, 1](x))
+    else:
+        return Int(bitcast[DType.uint8, 1](x))
+
+
+def rep(n: Int, v: Int) -> List[Int]:
+    var l = List[Int]()
+    for _ in range(n):
+        l.append(v)
+    return l^
+
+
+def main() raises:
+    var ctx = DeviceContext()
+    # correctness vs the CPU path (+ timing): decode (mma.sync split-K), ragged prefill (wgmma)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "decode bf16", 7168, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 1000], 0, False, True, 200)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "ragged bf16 padded (wgmma)", 4096, [3, 0, 1, 150, 37, 0, 64], [5, 0, 127, 30, 0, 9, 200], 512,
+        False, True, 50)
+    run_case[DType.float8_e4m3fn, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "fp8 per-head (mma 2x2)", 4096, [20, 1, 19], [0, 3, 250], 0, True, True, 50)
+    run_case[DType.float8_e4m3fn, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "fp8 per-head (wgmma)", 2048, [100, 1, 199], [0, 3, 250], 0, True, True, 0)
+    run_case[DType.bfloat16, 4, 128, 2, 128, 64, 128, 64, 256](
+        ctx, "wgmma gran 128x64x256 K tail", 1088, [77, 0, 123], [0, 0, 129], 0, False, True, 0)
+    run_case[DType.bfloat16, 4, 128, 2, 128, 64, 1, 128, 64](
+        ctx, "mma 2x4 gran 1x128x64", 1024, [60, 40], [10, 0], 0, False, True, 0)
+    run_case[DType.bfloat16, 2, 64, 2, 128, 16, 2, 64, 32](
+        ctx, "simt gran 2x64x32", 200, [5, 0, 12], [3, 0, 120], 0, False, True, 0)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "bad lut (wgmma)", 1024, [100, 50], [0, 0], 0, False, True, 0, True)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "bad lut (mma)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "empty", 256, [0, 0], [4, 0], 0, False, True, 0)
+    # timing only (N = 1024, K = 7168)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "decode T=1", 7168, rep(1, 1), rep(1, 100), 0, False, False, 500)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "decode T=8", 7168, rep(8, 1), rep(8, 100), 0, False, False, 500)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "decode T=32", 7168, rep(32, 1), rep(32, 100), 0, False, False, 200)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "T=64", 7168, rep(1, 64), rep(1, 0), 0, False, False, 200)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "prefill T=128", 7168, rep(1, 128), rep(1, 0), 0, False, False, 100)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "prefill T=256", 7168, rep(1, 256), rep(1, 0), 0, False, False, 100)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "prefill T=1024", 7168, rep(1, 1024), rep(1, 0), 0, False, False, 50)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
+        ctx, "prefill T=4096", 7168, rep(4, 1024), rep(4, 0), 0, False, False, 20)
