@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from mojo_gemm.quant.int4_layout import pack_codes, padded_shape, permute_group_params  # noqa: E402
+from mojo_gemm.quant.int4_layout import pack_codes, padded_shape, permute_group_params
 
 # (M, N, K, g, has_zeros, has_bias, dtype): one case per tile config of gpu_dispatch.
 CASES = [
@@ -45,7 +45,8 @@ def main(out: str) -> None:
         codes = rng.integers(0, 16, size=(np_, kp), dtype=np.uint8)
         x = rnd(rng.uniform(-1, 1, size=(m, kp)), dt)
         s = rnd(rng.uniform(0.5, 1.5, size=(groups, np_)) / 16, dt)
-        z = rng.integers(0, 16, size=(groups, np_)).astype(np.float32) if hz else np.full((groups, np_), 8.0, np.float32)
+        z = (rng.integers(0, 16, size=(groups, np_)).astype(np.float32) if hz
+             else np.full((groups, np_), 8.0, np.float32))
         bias = rnd(rng.uniform(-1, 1, size=(n,)), dt) if hb else np.zeros(n, np.float32)
         grp = np.arange(kp) // gs
         w = (codes.astype(np.float64) - z[grp, :].T) * s[grp, :].T  # [Np, Kp]
