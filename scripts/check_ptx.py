@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MOJO = shutil.which("mojo") or str(Path(sys.executable).with_name("mojo"))
+"""The Mojo compiler: on PATH, else beside this interpreter (a venv not on PATH)."""
 
 NO_SPILLS = (r"\bld\.local\b", r"\bst\.local\b")
 """Register spills / local arrays show up as ld.local / st.local."""
@@ -90,7 +92,7 @@ def build_ptx(check: PtxCheck, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / check.name
     cmd = [
-        "mojo", "build", "-I", str(ROOT), "--target-accelerator", check.arch, "--emit", "asm",
+        MOJO, "build", "-I", str(ROOT), "--target-accelerator", check.arch, "--emit", "asm",
         str(ROOT / check.harness), "-o", f"{stem}.s",
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)

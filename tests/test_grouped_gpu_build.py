@@ -10,6 +10,7 @@ Each runs in a subprocess: virtual devices are process-wide and must be set befo
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+MOJO = shutil.which("mojo") or str(Path(sys.executable).with_name("mojo"))
 HARNESS = ROOT / "tests" / "mojo" / "grouped_gpu_harness.mojo"
 
 COMPILE = """
@@ -63,7 +65,7 @@ def test_grouped_harness_on_gpu() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "grouped_gpu_harness"
         build = subprocess.run(
-            ["mojo", "build", "-I", str(ROOT), "--target-accelerator", "sm_90a", str(HARNESS),
+            [MOJO, "build", "-I", str(ROOT), "--target-accelerator", "sm_90a", str(HARNESS),
              "-o", str(exe)],
             capture_output=True, text=True, timeout=900, cwd=ROOT,
         )

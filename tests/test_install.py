@@ -60,8 +60,10 @@ def test_non_editable_install_in_fresh_venv(tmp_path: Path) -> None:
         check=True, capture_output=True, text=True).stdout.strip())
     outer = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
     (fresh_site / "outer.pth").write_text("\n".join(sorted(outer)) + "\n")
+    # --ignore-installed: pip must not uninstall the outer environment's mojo-gemm, which it
+    # sees through the .pth
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    str(src)], check=True)
+                    "--ignore-installed", str(src)], check=True)
     shutil.rmtree(src)  # the installed package must not need the checkout it came from
     run = subprocess.run([py, "-c", CHECK], cwd=tmp_path, capture_output=True, text=True,
                          timeout=900)
