@@ -20,6 +20,6 @@ def row_major_shape[rank: Int](
     comptime for r in range(rank):
         comptime i = rank - 1 - r
         if shape[i] > 1 and strides[i] != expected:
-            raise Error("multistage_gemm_q: tensor '", name, "' is not dense row-major")
+            raise Error("tensor '", name, "' is not dense row-major")
         expected *= shape[i]
     return shape

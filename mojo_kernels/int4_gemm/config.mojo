@@ -197,6 +197,13 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
          fpw * nt / 2 per thread).
     nwg: consumer warpgroups (1 or 2), each on its own columns; plus one producer warpgroup.
     stages: depth of the TMA / bulk-copy ring (WG_BK = 64 per stage).
+    kg: k16 steps per wgmma batch (1, 2 or 4): dequant kg steps -> wgmma.fence -> kg * fpw
+        wgmma -> commit -> wait_group 0. ptxas serializes register-A wgmma whenever A
+        registers are written while a wgmma is in flight (C7513), so a warpgroup never
+        overlaps its own dequant with its MMAs; the two consumer warpgroups overlap each other.
+    pp: software pipelining inside a warpgroup: dequantize the next batch (possibly of the next
+        stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
+        double-buffered: 2 * kg * fpw * 4 per thread).
     split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
     """
 
@@ -204,13 +211,17 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     var fpw: Int
     var nwg: Int
     var stages: Int
+    var kg: Int
+    var pp: Bool
     var split_k: Int
 
-    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, split_k: Int = 0):
+    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0):
         self.nt = nt
         self.fpw = fpw
         self.nwg = nwg
         self.stages = stages
+        self.kg = kg
+        self.pp = pp
         self.split_k = split_k
 
     def bands(self) -> Int:
@@ -244,12 +255,14 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
             return False
         if self.nwg < 1 or self.nwg > 2 or self.acc_regs() > 128:
             return False
+        if self.kg != 1 and self.kg != 2 and self.kg != 4:
+            return False
         return self.stages >= 2 and self.split_k >= 0 and self.split_k <= 8
 
     def write_to(self, mut writer: Some[Writer]):
         writer.write(
             "wgmma BMxBNxBK=", self.nt, "x", self.bn(), "x", WG_BK, " fpw=", self.fpw,
-            " wg=", self.nwg, " stages=", self.stages, " split_k=", self.split_k,
+            " wg=", self.nwg, " kg=", self.kg, " pp=", Int(self.pp), " stages=", self.stages, " split_k=", self.split_k,
         )
 
 

@@ -13,7 +13,6 @@ from std.math import ceildiv
 from std.memory.alloc import unsafe_alloc
 from std.sys import num_logical_cores
 from max.algorithm import sync_parallelize
-from max.gpu.host import DeviceContext
 
 from ..common.int4 import nibble_codes
 from .layout import (
@@ -184,7 +183,9 @@ def _k_block[dtype: DType, has_zeros: Bool, fused_rows: Int](
         if k // shape.group != group:
             group = k // shape.group
             var off = group * shape.Np + col0
-            _load_group_params[dtype, has_zeros](scales.unsafe_offset(off), zeros.unsafe_offset(off), s, zs)
+            _load_group_params[dtype, has_zeros](
+                scales.unsafe_offset(off), zeros.unsafe_offset(off), s, zs
+            )
         var tile = qband.unsafe_offset(tile_word_offset(k))
         comptime if fused_rows == 0:
             _dequant_tile(tile, s, zs, wbuf.unsafe_offset(t * K_TILE * N_TILE))
@@ -240,17 +241,25 @@ def _band_item[dtype: DType, has_zeros: Bool, has_bias: Bool](
         if rows <= FUSED_MAX_ROWS:
             comptime for n in range(1, FUSED_MAX_ROWS + 1):
                 if rows == n:
-                    _k_block[dtype, has_zeros, n](qband, scales, zeros, shape, col0, k0, kb, s, zs, xbuf, wbuf, acc)
+                    _k_block[dtype, has_zeros, n](
+                        qband, scales, zeros, shape, col0, k0, kb, s, zs, xbuf, wbuf, acc
+                    )
             continue
 
-        _k_block[dtype, has_zeros, 0](qband, scales, zeros, shape, col0, k0, kb, s, zs, xbuf, wbuf, acc)
+        _k_block[dtype, has_zeros, 0](
+            qband, scales, zeros, shape, col0, k0, kb, s, zs, xbuf, wbuf, acc
+        )
         var r = 0
         while r + MR <= rows:
-            _micro_kernel[MR](wbuf, xbuf.unsafe_offset(r * kb), kb, acc.unsafe_offset(r * N_TILE), kb)
+            _micro_kernel[MR](
+                wbuf, xbuf.unsafe_offset(r * kb), kb, acc.unsafe_offset(r * N_TILE), kb
+            )
             r += MR
         comptime for tail in range(1, MR):
             if rows - r == tail:
-                _micro_kernel[tail](wbuf, xbuf.unsafe_offset(r * kb), kb, acc.unsafe_offset(r * N_TILE), kb)
+                _micro_kernel[tail](
+                    wbuf, xbuf.unsafe_offset(r * kb), kb, acc.unsafe_offset(r * N_TILE), kb
+                )
 
     # Epilogue: row-view position p holds logical column col0 + row_view_n_local(p).
     var N = shape.N
@@ -279,14 +288,12 @@ def int4_gemm_cpu[dtype: DType, has_zeros: Bool, has_bias: Bool](
     zeros: ElemPtr[dtype],
     bias: ElemPtr[dtype],
     shape: Int4GemmShape,
-    ctx: DeviceContext,
 ) raises:
     """Int4-weight GEMM on the CPU (all pointers host memory, dense row-major).
 
     output [M, N] dtype; x [M, Kp] dtype; qweight uint32 [Np/64, Kp*8] (layout.mojo);
     scales / zeros [Kp/g, Np] dtype, permuted (zeros read only when has_zeros);
     bias [N] dtype (read only when has_bias). `shape` must come from Int4GemmShape.validate.
-    ctx: the op's host context; the work items run on its thread pool.
     """
     var M = shape.M
     if M == 0:
@@ -298,12 +305,17 @@ def int4_gemm_cpu[dtype: DType, has_zeros: Bool, has_bias: Bool](
     var mb = min(MB_MAX, ceildiv(ceildiv(M, m_blocks_wanted), MR) * MR)
     var m_blocks = ceildiv(M, mb)
 
-    def item(i: Int) {var output, var x, var qweight, var scales, var zeros, var bias, var shape, var n_bands, var mb}:
+    def item(i: Int) {
+        var output, var x, var qweight, var scales, var zeros, var bias, var shape,
+        var n_bands, var mb
+    }:
         var band = i % n_bands
         var m0 = (i // n_bands) * mb
         var scratch = unsafe_alloc[Float32](_scratch_floats(), alignment=64)
         _band_item[dtype, has_zeros, has_bias](
-            output, x, qweight, scales, zeros, bias, shape, band, m0, min(mb, shape.M - m0), scratch.as_unsafe_any_origin())
+            output, x, qweight, scales, zeros, bias, shape, band, m0, min(mb, shape.M - m0),
+            scratch.as_unsafe_any_origin(),
+        )
         scratch.unsafe_free()
 
     sync_parallelize(item, n_bands * m_blocks)

@@ -1,5 +1,7 @@
-"""Host side of the W4A16 tensor-core path: picks a tile config by M (and N, K), resolves it
-against the shared-memory budget, chooses the cluster split-K, launches `gpu_mma`'s kernel.
+"""Host side of the W4A16 tensor-core path: picks a kernel and tile config by M (and N, K),
+resolves it against the shared-memory budget, chooses the cluster split-K, launches it:
+`gpu_wgmma`'s register-A wgmma kernel from WGMMA_MIN_M tokens on (`wgmma_variant`), below that
+`gpu_mma`'s mma.sync kernels (`int4_gemm_gpu_mma`, the v6 selection).
 
 Entry point: `int4_gemm_gpu` (shapes and dtypes in its docstring). `int4_gemm_gpu_config`
 describes the launch it would make, for benchmark records.
@@ -10,12 +12,16 @@ from std.math import ceildiv
 
 from .config import (
     Int4GemmConfig,
+    Int4WgmmaConfig,
     SMEM_BUDGET_SM90,
     smem_usage,
     try_resolve_config,
+    try_resolve_wgmma_config,
+    wgmma_smem_usage,
     PIPE_WARP,
 )
 from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
+from .gpu_wgmma import launch_int4_gemm_wgmma
 
 # Tile table, by tokens per call and output bands (64 columns each); every warp owns one band.
 # Chosen from the sweeps in benchmarks/NOTES.md (H200, 8 Llama-3 layers).
@@ -36,6 +42,77 @@ comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=
 """M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
 comptime NARROW_BANDS = 64
 """Up to this many bands, small M uses the one-band-per-CTA configs."""
+
+# wgmma kernel (gpu_wgmma.mojo, sm_90a): weights = register-A operand, tokens = wgmma N.
+comptime WG_CFG_64 = Int4WgmmaConfig(nt=64, fpw=2, nwg=2, stages=8, kg=4)
+"""64 tokens x 256 columns per CTA (2 consumer warpgroups x 2 bands), 64 accumulators/thread."""
+comptime WG_CFG_64W = Int4WgmmaConfig(nt=64, fpw=4, nwg=2, stages=7, kg=2)
+"""64 tokens x 512 columns per CTA (2 consumer warpgroups x 4 bands), 128 accumulators/thread."""
+comptime WG_CFG_128 = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4)
+"""128 tokens x 256 columns per CTA, 128 accumulators/thread (large M)."""
+comptime WG_CFG_64P = Int4WgmmaConfig(nt=64, fpw=2, nwg=2, stages=8, kg=4, pp=True)
+"""WG_CFG_64, software-pipelined (dequant of stage i+1 overlaps the wgmma of stage i)."""
+comptime WG_CFG_128P = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4, pp=True)
+"""WG_CFG_128, software-pipelined."""
+comptime WGMMA_PIPELINED = True
+"""Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs."""
+comptime WGMMA_MIN_M = 33
+"""From this many tokens on, `int4_gemm_gpu` uses the wgmma kernel."""
+comptime WG_VAR_64 = 0
+comptime WG_VAR_64W = 1
+comptime WG_VAR_128 = 2
+
+
+def _wg_split_cap(s: Int) -> Int:
+    """Most CTAs (one per SM) that clusters of s fit in one wave: measured on the H200 (NOTES.md
+    v7), clusters of 4 already spill past 120 CTAs, clusters of 1 and 2 fill the 132 SMs."""
+    return 120 if s >= 4 else 132
+
+
+def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """(variant, split_k) of the wgmma kernel, or (-1, 0) for the mma.sync kernels.
+
+    The kernel runs one ~200 KB CTA per SM, so the plan maximizes the CTAs of a single wave:
+    over the tile configs (128 x 256, 64 x 256 tokens x columns; 64-token tiles only where
+    128 would be half empty) and splits 1, 2, 4 (odd and 8-CTA clusters pack badly into the
+    GPCs: measured 1.5-2x slower), the largest CTA count within the split's cap, each CTA
+    keeping >= 8 stages (512) of K; ties go to the larger tile and the smaller split. If even
+    split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
+    """
+    if m < WGMMA_MIN_M:
+        return (-1, 0)
+    var bands = ceildiv(n, 64)
+    var stages = kp // 64
+    var best_v = -1
+    var best_s = 1
+    var best_ctas = 0
+    for v in [WG_VAR_128, WG_VAR_64]:
+        if v == WG_VAR_128 and m <= 64:
+            continue
+        var nt = 128 if v == WG_VAR_128 else 64
+        var tiles = ceildiv(bands, 4) * ceildiv(m, nt)
+        for sp in [1, 2, 4]:
+            var ctas = tiles * sp
+            if ctas <= _wg_split_cap(sp) and (sp == 1 or stages // sp >= 8) and ctas > best_ctas:
+                best_v = v
+                best_s = sp
+                best_ctas = ctas
+    if best_v < 0:
+        return (WG_VAR_64W if m <= 64 else WG_VAR_128, 1)
+    return (best_v, best_s)
+
+
+def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
+    """-1: the mma.sync kernels; else WG_VAR_64 / WG_VAR_64W / WG_VAR_128 (see `wgmma_plan`)."""
+    return wgmma_plan(m, n, kp)[0]
+
+
+def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
+    if v == WG_VAR_64:
+        return WG_CFG_64P if WGMMA_PIPELINED else WG_CFG_64
+    if v == WG_VAR_64W:
+        return WG_CFG_64W
+    return WG_CFG_128P if WGMMA_PIPELINED else WG_CFG_128
 
 
 def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
@@ -211,13 +288,54 @@ def int4_gemm_gpu[
     64 columns); zeros are read only when has_zeros (else z = 8), bias [N] only when has_bias.
     group_size: 32, 64, 128 (any multiple of 16 dividing or divided by 128), or -1 = per
     channel. N % 8 == 0, Kp % 128 == 0; np_ = 64 * qweight.dim0 (default: N rounded up to 64).
-    split_k: CTAs per cluster along K (1..8); 0 = the launcher's heuristic (`choose_split_k`).
+    split_k: CTAs per cluster along K (1..8); 0 = the heuristic (`choose_split_k`, or
+    `wgmma_plan` on the wgmma path).
     """
     var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
     _check_shapes(m, n, kp, np_eff)
     comptime if group_size > 0:
         if kp % group_size != 0:
             raise Error("multistage_gemm_q: Kp=", kp, " is not a multiple of group_size=", group_size)
+    var plan = wgmma_plan(m, n, kp)
+    var v = plan[0]
+    var split = split_k if split_k > 0 else plan[1]
+    comptime C64 = WG_CFG_64P if WGMMA_PIPELINED else WG_CFG_64
+    comptime C128 = WG_CFG_128P if WGMMA_PIPELINED else WG_CFG_128
+    if v == WG_VAR_64:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, C64](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_64W:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64W](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_128:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, C128](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    else:
+        int4_gemm_gpu_mma[dtype, group_size, has_zeros, has_bias](
+            output, x, qweight, scales, zeros, bias, m, n, kp, ctx, np_eff, split_k)
+
+
+def int4_gemm_gpu_mma[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int,
+    n: Int,
+    kp: Int,
+    ctx: DeviceContext,
+    np_: Int = -1,
+    split_k: Int = 0,
+) raises:
+    """The mma.sync kernels' selection (tile table + tuned (N, K) table + split heuristic), as
+    `int4_gemm_gpu` made it before the wgmma kernel (v6); used below WGMMA_MIN_M tokens and by
+    the benchmark as the previous kernel."""
+    var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
+    _check_shapes(m, n, kp, np_eff)
     var tuned = tuned_choice(m, n, kp)
     var narrow = tuned[0] == 1 if tuned[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
 
@@ -250,6 +368,18 @@ def int4_gemm_gpu[
 
 def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0) -> String:
     """The launch `int4_gemm_gpu` makes for this problem, e.g. for a benchmark JSON record."""
+    var plan = wgmma_plan(m, n, kp)
+    var v = plan[0]
+    if v >= 0:
+        var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, SMEM_BUDGET_SM90)
+        var sp = split_k if split_k > 0 else plan[1]
+        w = w.with_split_k(sp)
+        return String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
+    return int4_gemm_gpu_mma_config(m, n, kp, group_size, has_zeros, split_k)
+
+
+def int4_gemm_gpu_mma_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0) -> String:
+    """The launch `int4_gemm_gpu_mma` (the mma.sync selection) makes for this problem."""
     var cfg = tile_config_for(m, n, kp)
     var r = try_resolve_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
     var tuned = tuned_choice(m, n, kp)

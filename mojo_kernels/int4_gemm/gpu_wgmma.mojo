@@ -20,10 +20,12 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
 - Warp specialization: warpgroup 0 is the producer (warp 0: the x tile by TMA, the packed
   tiles and the scale / zero rows by 1-D bulk copies, all completing on one "full" mbarrier per
   stage); warpgroups 1..nwg consume (setmaxnreg 40 / 232 with two consumers). A consumer
-  releases a stage ("empty" mbarrier, one arrival per consumer warpgroup) once the wgmma group
-  of its last k16 step has retired.
-- wgmma pipelining: per k16 step: dequant -> wgmma.fence -> fpw wgmma -> commit ->
-  wait_group 1, so the dequant of step t+1 overlaps the tensor-core work of step t.
+  releases a stage ("empty" mbarrier, one arrival per consumer warpgroup) once its last wgmma
+  batch of that stage has retired.
+- wgmma batches: dequant kg k16 steps -> wgmma.fence -> kg * fpw wgmma -> commit ->
+  wait_group 0. ptxas serializes every register-A wgmma of the kernel (C7513) as soon as A
+  registers are written while one is in flight, so a warpgroup does not overlap its own
+  dequant with its MMAs: the two consumer warpgroups overlap each other's (ping-pong).
 - Split K (M <= 256 on small layers): `split_k` CTAs of a thread-block cluster, reduced
   through distributed shared memory as in gpu_mma (the ring is reused as the buffer).
 - Grid order for split_k == 1: groups of 8 M-tiles walk the N-tiles, so a wave re-uses both
@@ -206,6 +208,7 @@ def int4_gemm_wgmma_kernel[
     comptime NB = cfg.bands()
     comptime S = cfg.stages
     comptime KT = WG_KT
+    comptime KG = cfg.kg
     comptime PER_CHANNEL = group_size <= 0
     comptime SR = wgmma_scale_rows(group_size)
     comptime NACC = NT // 2  # fp32 accumulators per wgmma per thread
@@ -339,41 +342,75 @@ def int4_gemm_wgmma_kernel[
         var zconst = SIMD[dtype, 2 * FPW]((magic + 8.0).cast[dtype]())
         var w_lane = band_local * KT * 512 + lane * 16 + jb * 4  # bytes in a stage
         var s_lane = band_local * 64 + 8 * (lane // 4) + 2 * jb  # elements in a scale row
-        for it in range(nst):
-            var s = it % S
-            _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
-            var xd = _x_desc(_saddr(x_s.unsafe_offset(s * X_STAGE)))
-            var wp = w_s.unsafe_offset(s * W_STAGE + w_lane)
-            var sp = s_s.unsafe_offset(s * S_STAGE + s_lane)
-            var zp = z_s.unsafe_offset(s * S_STAGE + s_lane)
+        comptime NGB = KT // KG  # wgmma batches per stage
+
+        @always_inline
+        @__parameter
+        def dequant_batch[g: Int](slot: Int) -> Array[SIMD[DType.uint32, 4], KG * FPW]:
+            """A fragments of batch g (k16 steps g*KG ..) of the stage in ring slot `slot`."""
+            var wp = w_s.unsafe_offset(slot * W_STAGE + w_lane)
+            var sp = s_s.unsafe_offset(slot * S_STAGE + s_lane)
+            var zp = z_s.unsafe_offset(slot * S_STAGE + s_lane)
+            var afr = Array[SIMD[DType.uint32, 4], KG * FPW](uninitialized=True)
             var sv = SIMD[dtype, 2 * FPW](0)
             var zv = zconst
-            comptime for t in range(KT):
+            comptime for tt in range(KG):
+                comptime t = g * KG + tt
                 comptime srow = 0 if (PER_CHANNEL or group_size >= WG_BK) else (t * 16) // group_size
-                comptime if t == 0 or (not PER_CHANNEL and group_size < WG_BK and (t * 16) % group_size == 0):
+                comptime if tt == 0 or (not PER_CHANNEL and group_size < WG_BK and (t * 16) % group_size == 0):
                     sv = sp.unsafe_offset(srow * S_ROW).unsafe_load[width=2 * FPW, alignment=4 * FPW]()
                     comptime if has_zeros:
                         zv = zp.unsafe_offset(srow * S_ROW).unsafe_load[width=2 * FPW, alignment=4 * FPW]() + magic.cast[dtype]()
                 var words = wp.unsafe_offset(t * 512).unsafe_bitcast[UInt32]().unsafe_load[width=FPW, alignment=4 * FPW]()
-                var afr = Array[SIMD[DType.uint32, 4], FPW](uninitialized=True)
                 comptime for i in range(FPW):
-                    afr[i] = _dq_word[dtype](
+                    afr[tt * FPW + i] = _pin4(_dq_word[dtype](
                         words[i],
                         SIMD[dtype, 2](sv[2 * i], sv[2 * i + 1]),
                         SIMD[dtype, 2](zv[2 * i], zv[2 * i + 1]),
-                    )
+                    ))
+            return afr^
+
+        @always_inline
+        @__parameter
+        def mma_batch[g: Int](afr: Array[SIMD[DType.uint32, 4], KG * FPW], slot: Int):
+            var bd = _pin64(_x_desc(_saddr(x_s.unsafe_offset(slot * X_STAGE))) + Int64(2 * g * KG))
+            wgmma_fence_aligned()
+            comptime for tt in range(KG):
                 comptime for i in range(FPW):
-                    afr[i] = _pin4(afr[i])
-                var bd = _pin64(xd + Int64(2 * t))
-                wgmma_fence_aligned()
-                comptime for i in range(FPW):
-                    acc[i] = _wgmma_rs[NT, dtype](afr[i], bd, acc[i])
-                wgmma_commit_group_sync()
-                wgmma_wait_group_sync[0]()
-                comptime if t == 0:
-                    # every wgmma of the previous stage has retired: hand its slot back
-                    if it > 0 and cw % 128 == 0:
-                        _ = empty[unsafe_offset=(it + S - 1) % S].arrive()
+                    acc[i] = _wgmma_rs[NT, dtype](afr[tt * FPW + i], bd + Int64(2 * tt), acc[i])
+            wgmma_commit_group_sync()
+
+        comptime if not cfg.pp:
+            for it in range(nst):
+                var s = it % S
+                _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
+                comptime for g in range(NGB):
+                    var afr = dequant_batch[g](s)
+                    mma_batch[g](afr, s)
+                    wgmma_wait_group_sync[0]()
+                # every wgmma reading this stage has retired: hand the slot back
+                if cw % 128 == 0:
+                    _ = empty[unsafe_offset=s].arrive()
+        else:
+            # software pipeline over batches: dequant(b + 1) overlaps the wgmma of batch b
+            var cur = Array[SIMD[DType.uint32, 4], KG * FPW](fill=SIMD[DType.uint32, 4](0))
+            if nst > 0:
+                _mbar_wait(_saddr(full.unsafe_offset(0)), UInt32(0))
+                cur = dequant_batch[0](0)
+            for it in range(nst):
+                var s = it % S
+                comptime for g in range(NGB):
+                    mma_batch[g](cur, s)
+                    comptime if g + 1 < NGB:
+                        cur = dequant_batch[g + 1](s)
+                    else:
+                        if it + 1 < nst:
+                            var s1 = (it + 1) % S
+                            _mbar_wait(_saddr(full.unsafe_offset(s1)), UInt32(((it + 1) // S) & 1))
+                            cur = dequant_batch[0](s1)
+                    wgmma_wait_group_sync[0]()
+                if cw % 128 == 0:
+                    _ = empty[unsafe_offset=s].arrive()
         wgmma_wait_group_sync[0]()
 
         # ---------------------------- epilogue ----------------------------
@@ -428,15 +465,16 @@ def int4_gemm_wgmma_kernel[
 
 # ---- host side -------------------------------------------------------------------------------
 def choose_wgmma_split_k(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
-    """CTAs per cluster along K: one CTA per SM (~200 KB of smem each), so the largest split
-    that keeps the grid within one wave of 132 SMs (<= 120 for clusters above 4, which pack
-    less well into the GPCs) and >= 4 stages (256 of K) per CTA."""
+    """CTAs per cluster along K for a fixed `cfg` (the dispatch uses gpu_dispatch.wgmma_plan,
+    which also picks the tile): one CTA per SM, so the largest of 1, 2, 4 keeping the grid
+    within one wave (<= 132 CTAs, <= 120 for clusters of 4, which pack less well into the
+    GPCs; 3, 5-8 measured 1.5-2x slower) and >= 8 stages (512 of K) per CTA."""
     var ctas = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
     var stages_total = kp // WG_BK
     var best = 1
-    for s in range(2, 9):
-        var cap = 132 if s <= 4 else 120
-        if ctas * s <= cap and stages_total // s >= 4:
+    for s in [2, 4]:
+        var cap = 132 if s <= 2 else 120
+        if ctas * s <= cap and stages_total // s >= 8:
             best = s
     return best
 

@@ -41,7 +41,7 @@ def launch_int4_gemm[
         out_shape, x_shape, qweight_shape, scales_shape, zeros_shape, bias_len
     )
     comptime if target == "cpu":
-        int4_gemm_cpu[dtype, has_zeros, has_bias](output, x, qweight, scales, zeros, bias, shape, ctx)
+        int4_gemm_cpu[dtype, has_zeros, has_bias](output, x, qweight, scales, zeros, bias, shape)
     elif target == "gpu":
         int4_gemm_gpu[dtype, group_size, has_zeros, has_bias](
             output, x, qweight, scales, zeros, bias, shape.M, shape.N, shape.Kp, ctx, np_=shape.Np

@@ -143,38 +143,39 @@ struct Int4GemmShape(ImplicitlyCopyable):
         Raises an Error naming the first inconsistency. The zeros / bias tensors are only
         checked (and later read) when has_zeros / has_bias; otherwise they may be any dummy.
         """
-        comptime assert group_size == -1 or group_size == 32 or group_size == 64 or group_size == 128, (
-            "multistage_gemm_q: group_size must be 32, 64, 128 or -1 (per-channel)"
-        )
+        comptime assert (
+            group_size == -1 or group_size == 32 or group_size == 64 or group_size == 128
+        ), "multistage_gemm_q: group_size must be 32, 64, 128 or -1 (per-channel)"
+        comptime E = "multistage_gemm_q: "
         var M = x_shape[0]
         var Kp = x_shape[1]
         var Np = N_TILE * qweight_shape[0]
         var N = out_shape[1]
         if Kp <= 0 or Kp % K_ALIGN != 0:
-            raise Error("multistage_gemm_q: Kp = x.dim(1) = ", Kp, " must be a positive multiple of ", K_ALIGN)
+            raise Error(E, "Kp = x.dim(1) = ", Kp, " must be a positive multiple of ", K_ALIGN)
         if qweight_shape[1] != Kp * PACK_FACTOR:
-            raise Error("multistage_gemm_q: qweight.dim(1) = ", qweight_shape[1], " but x gives Kp * 8 = ", Kp * PACK_FACTOR)
+            raise Error(E, "qweight.dim(1) = ", qweight_shape[1], " != Kp * 8 = ", Kp * PACK_FACTOR)
         if out_shape[0] != M:
-            raise Error("multistage_gemm_q: output has ", out_shape[0], " rows but x has ", M)
+            raise Error(E, "output has ", out_shape[0], " rows but x has ", M)
         if N <= 0 or N % 8 != 0 or N > Np:
-            raise Error("multistage_gemm_q: N = ", N, " must be a positive multiple of 8 and <= Np = ", Np)
+            raise Error(E, "N = ", N, " must be a positive multiple of 8 and <= Np = ", Np)
         if scales_shape[1] != Np:
-            raise Error("multistage_gemm_q: scales.dim(1) = ", scales_shape[1], " but Np = 64 * qweight.dim(0) = ", Np)
+            raise Error(E, "scales.dim(1) = ", scales_shape[1], " != 64 * qweight.dim(0) = ", Np)
         var n_groups = scales_shape[0]
         if n_groups <= 0 or Kp % n_groups != 0:
-            raise Error("multistage_gemm_q: scales.dim(0) = ", n_groups, " does not divide Kp = ", Kp)
+            raise Error(E, "scales.dim(0) = ", n_groups, " does not divide Kp = ", Kp)
         var group = Kp // n_groups
         comptime if group_size > 0:
             if group != group_size:
-                raise Error("multistage_gemm_q: scales give group size ", group, " but group_size = ", group_size)
+                raise Error(E, "scales give group size ", group, " but group_size = ", group_size)
         else:
             if group != Kp:
-                raise Error("multistage_gemm_q: per-channel (group_size = -1) needs scales.dim(0) = 1, got ", n_groups)
+                raise Error(E, "group_size = -1 needs scales.dim(0) = 1, got ", n_groups)
         comptime if has_zeros:
             if zeros_shape[0] != n_groups or zeros_shape[1] != Np:
-                raise Error("multistage_gemm_q: zeros shape [", zeros_shape[0], ", ", zeros_shape[1],
+                raise Error(E, "zeros shape [", zeros_shape[0], ", ", zeros_shape[1],
                             "] must equal scales shape [", n_groups, ", ", Np, "]")
         comptime if has_bias:
             if bias_len != N:
-                raise Error("multistage_gemm_q: bias length ", bias_len, " != N = ", N)
+                raise Error(E, "bias length ", bias_len, " != N = ", N)
         return Self(M=M, N=N, Kp=Kp, Np=Np, group=group)

@@ -6,8 +6,10 @@
 
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
 2. Fixture problems packed by python/mojo_gemm/quant/int4_layout.py with float64 results: the
-   naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match.
-3. A random mid-size problem (fp16, g128, zeros, bias) against the naive reference.
+   naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match,
+   and so must every wgmma config (gpu_wgmma.mojo) launched directly with split_k 1, 2, 3.
+3. Random problems (dtypes, group sizes, zeros, bias, N tails, many M-tiles) against the naive
+   reference: `int4_gemm_gpu` and every wgmma config.
 Every output is poisoned with NaN before each run. Exit code 1 on any failure.
 """
 
@@ -17,7 +19,11 @@ from std.sys import argv, exit
 from mojo_kernels.int4_gemm.config import (
     Int4GemmConfig, resolve_config, smem_usage, SMEM_BUDGET_SM90,
 )
-from mojo_kernels.int4_gemm.gpu_dispatch import int4_gemm_gpu, int4_gemm_gpu_config
+from mojo_kernels.int4_gemm.config import Int4WgmmaConfig
+from mojo_kernels.int4_gemm.gpu_dispatch import (
+    int4_gemm_gpu, int4_gemm_gpu_config, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P,
+)
+from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma
 from int4_gemm_ref import (
     F32, fill_uniform, fill_u32, fill_codes, fill_nan, run_reference, compare_rows, CheckResult,
 )
@@ -55,6 +61,35 @@ def check_resolver() raises -> Bool:
         print("resolver: budget 4096 -> Error:", e)
     ok = ok and raised
     print("resolver:", "PASS" if ok else "FAIL")
+    return ok
+
+
+def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+    ctx: DeviceContext, op: Pointer[Scalar[dtype], MutAnyOrigin], xp: Pointer[Scalar[dtype], MutAnyOrigin],
+    qp: Pointer[UInt32, MutAnyOrigin], sp: Pointer[Scalar[dtype], MutAnyOrigin],
+    zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
+    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int],
+) raises -> Bool:
+    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows)."""
+    var ok = True
+
+    @always_inline
+    @__parameter
+    def one[cfg: Int4WgmmaConfig](sk: Int) raises:
+        fill_nan[dtype](ctx, op, m * n)
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
+        var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    direct ", cfg.with_split_k(sk), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        ok = ok and good
+
+    for i in range(len(splits)):
+        one[WG_CFG_64](splits[i])
+        one[WG_CFG_64W](splits[i])
+        one[WG_CFG_128](splits[i])
+        one[WG_CFG_64P](splits[i])
+        one[WG_CFG_128P](splits[i])
     return ok
 
 
@@ -127,8 +162,13 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         var r = compare_rows[dtype](ctx, op, ref64, n, 1, m)
         var good = r.rel_err <= TOL and r.nan_count == 0
         print("    ", int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, sk), ": rel err ",
-              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL")
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
+    var wsplits: List[Int] = [1, 2, 3]
+    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](
+        ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
+        s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
+        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits) and ok
     return ok
 
 
@@ -166,8 +206,10 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
         var good = r.rel_err <= TOL and r.nan_count == 0
         print("random M=", m, " N=", n, " Kp=", kp, " g=", group_size, " ", dtype, " ",
               int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, splits[si]), ": rel err ",
-              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL")
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
+    var wsplits: List[Int] = [0, 1, 4]
+    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits) and ok
     return ok
 
 
@@ -191,12 +233,17 @@ def main() raises:
     ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off) and ok
     ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off) and ok
     if ncases != 5 or off != len(data):
-        print("fixture: expected 5 cases and", len(data), "bytes, read", off)
+        print("fixture: expected 5 cases and", len(data), "bytes, read", off, flush=True)
         ok = False
     ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048) and ok
     ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096) and ok
     ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024) and ok
     ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072) and ok
-    print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED")
+    # wgmma-sized: many M-tiles (raster groups), N tails (partial CTA band sets), per-channel, g32
+    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024) and ok
+    ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024) and ok
+    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
+    print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)

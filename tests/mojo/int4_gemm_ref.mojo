@@ -74,6 +74,17 @@ comptime REF_ROWS = 16
 """Rows of x per reference thread (the packed word is decoded once for all of them)."""
 
 
+@always_inline
+def sample_row(i: Int, dense: Int, row_step: Int) -> Int:
+    """Row of x / C checked as sample i: rows 0..dense-1, then every row_step-th row after them,
+    shifted by i % 8 when row_step >= 8 so that all 8 token positions of an n8 MMA tile are hit
+    (with dense = 0 and row_step < 8 this is just i * row_step)."""
+    if i < dense:
+        return i
+    var j = i - dense
+    return dense + j * row_step + (j % 8 if row_step >= 8 else 0)
+
+
 def ref_kernel[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
     ref_out: F32Ptr,
     x: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -81,9 +92,9 @@ def ref_kernel[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
     s: Pointer[Scalar[dtype], MutAnyOrigin],
     z: Pointer[Scalar[dtype], MutAnyOrigin],
     b: Pointer[Scalar[dtype], MutAnyOrigin],
-    n32: Int32, kp32: Int32, np32: Int32, row_step32: Int32, nrows32: Int32,
+    n32: Int32, kp32: Int32, np32: Int32, row_step32: Int32, nrows32: Int32, dense32: Int32,
 ):
-    """ref_out[i, n] = Σ_k x[i * row_step, k] · W[n, k] (+ bias[n]) in fp32, i < nrows.
+    """ref_out[i, n] = Σ_k x[sample_row(i), k] · W[n, k] (+ bias[n]) in fp32, i < nrows.
 
     W is decoded one element at a time with the inverse of int4_layout.py's map:
     band T = n / 64, nl = n % 64, r = nl % 16, w = nl / 16, kt = k / 16, kl = k % 16,
@@ -97,6 +108,7 @@ def ref_kernel[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
     var np_ = Int(np32)
     var row_step = Int(row_step32)
     var nrows = Int(nrows32)
+    var dense = Int(dense32)
     if n >= N:
         return
     var acc = Array[Float32, REF_ROWS](fill=0)
@@ -121,7 +133,7 @@ def ref_kernel[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
         var wv = (q - zz) * sc
         comptime for ii in range(REF_ROWS):
             if i0 + ii < nrows:
-                acc[ii] += x[unsafe_offset=(i0 + ii) * row_step * kp + k].cast[F32]() * wv
+                acc[ii] += x[unsafe_offset=sample_row(i0 + ii, dense, row_step) * kp + k].cast[F32]() * wv
     var bias: Float32 = 0
     comptime if has_bias:
         bias = b[unsafe_offset=n].cast[F32]()
@@ -134,18 +146,19 @@ def run_reference[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool
     ctx: DeviceContext, ref_out: F32Ptr, x: Pointer[Scalar[dtype], MutAnyOrigin], qw: U32Ptr,
     s: Pointer[Scalar[dtype], MutAnyOrigin], z: Pointer[Scalar[dtype], MutAnyOrigin],
     b: Pointer[Scalar[dtype], MutAnyOrigin], n: Int, kp: Int, np_: Int, row_step: Int, nrows: Int,
+    dense: Int = 0,
 ) raises:
     ctx.enqueue_function[ref_kernel[dtype, group_size, has_zeros, has_bias]](
-        ref_out, x, qw, s, z, b, Int32(n), Int32(kp), Int32(np_), Int32(row_step), Int32(nrows),
+        ref_out, x, qw, s, z, b, Int32(n), Int32(kp), Int32(np_), Int32(row_step), Int32(nrows), Int32(dense),
         grid_dim=(ceildiv(n, 128), ceildiv(nrows, REF_ROWS)), block_dim=128,
     )
 
 
-def gather_rows_kernel[dtype: DType](dst: F32Ptr, src: Pointer[Scalar[dtype], MutAnyOrigin], n32: Int32, row_step32: Int32, nrows32: Int32):
+def gather_rows_kernel[dtype: DType](dst: F32Ptr, src: Pointer[Scalar[dtype], MutAnyOrigin], n32: Int32, row_step32: Int32, nrows32: Int32, dense32: Int32):
     var i = global_idx.x
     var N = Int(n32)
     if i < N * Int(nrows32):
-        dst[unsafe_offset=i] = src[unsafe_offset=(i // N) * Int(row_step32) * N + i % N].cast[F32]()
+        dst[unsafe_offset=i] = src[unsafe_offset=sample_row(i // N, Int(dense32), Int(row_step32)) * N + i % N].cast[F32]()
 
 
 @fieldwise_init
@@ -157,13 +170,13 @@ struct CheckResult(ImplicitlyCopyable, Movable):
 
 def compare_rows[dtype: DType](
     ctx: DeviceContext, got_ptr: Pointer[Scalar[dtype], MutAnyOrigin], ref_out: DeviceBuffer[F32],
-    n: Int, row_step: Int, nrows: Int,
+    n: Int, row_step: Int, nrows: Int, dense: Int = 0,
 ) raises -> CheckResult:
-    """Rel. Frobenius error of out[i * row_step, :] vs ref_out[i, :], i < nrows (+ NaN count)."""
+    """Rel. Frobenius error of out[sample_row(i), :] vs ref_out[i, :], i < nrows (+ NaN count)."""
     var cnt = n * nrows
     var got = ctx.enqueue_create_buffer[F32](cnt)
     ctx.enqueue_function[gather_rows_kernel[dtype]](
-        got, got_ptr, Int32(n), Int32(row_step), Int32(nrows), grid_dim=ceildiv(cnt, 256), block_dim=256)
+        got, got_ptr, Int32(n), Int32(row_step), Int32(nrows), Int32(dense), grid_dim=ceildiv(cnt, 256), block_dim=256)
     var hg = ctx.enqueue_create_host_buffer[F32](cnt)
     var hr = ctx.enqueue_create_host_buffer[F32](cnt)
     ctx.enqueue_copy(hg, got)
