@@ -203,7 +203,8 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         overlaps its own dequant with its MMAs; the two consumer warpgroups overlap each other.
     pp: software pipelining inside a warpgroup: dequantize the next batch (possibly of the next
         stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
-        double-buffered: 2 * kg * fpw * 4 per thread).
+        double-buffered: 2 * kg * fpw * 4 per thread). EXPERIMENTAL: gave wrong results on the
+        H200 (ptxas reused in-flight A registers); fixed in SASS, not yet verified on device.
     split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
     """
 
@@ -235,7 +236,7 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         return 128 * (1 + self.nwg)
 
     def acc_regs(self) -> Int:
-        """fp32 accumulator registers per consumer thread."""
+        """The fp32 accumulator registers per consumer thread."""
         return self.fpw * self.nt // 2
 
     def with_stages(self, stages: Int) -> Self:

@@ -59,7 +59,7 @@ from .gpu_mma import magic_value, nibble_pair
 comptime F32 = DType.float32
 comptime SW128 = TensorMapSwizzle.SWIZZLE_128B
 comptime RASTER_GROUP_M = 8
-"""split_k == 1: M-tiles per raster group (see the module doc)."""
+"""M-tiles per raster group when split_k == 1 (see the module doc)."""
 comptime WAIT_LIMIT_NS = 2_000_000_000
 """An mbarrier wait longer than this traps (a bug, never a legitimate wait)."""
 
@@ -142,6 +142,14 @@ def _pin4(v: SIMD[DType.uint32, 4]) -> SIMD[DType.uint32, 4]:
         "", _RegisterPackType[UInt32, UInt32, UInt32, UInt32], constraints="=r,=r,=r,=r,0,1,2,3", has_side_effect=True
     ](v[0], v[1], v[2], v[3])
     return SIMD[DType.uint32, 4](r[0], r[1], r[2], r[3])
+
+
+@always_inline
+def _keep4(v: SIMD[DType.uint32, 4]):
+    """Empty asm that reads v: keeps v's registers allocated up to this point. Used after the
+    wait_group that retires the wgmma reading v, so that ptxas cannot give them to values
+    written while that wgmma is still in flight (it did, v7b: wrong results)."""
+    inlined_assembly["", NoneType, constraints="r,r,r,r", has_side_effect=True](v[0], v[1], v[2], v[3])
 
 
 @always_inline
@@ -401,6 +409,7 @@ def int4_gemm_wgmma_kernel[
                 var s = it % S
                 comptime for g in range(NGB):
                     mma_batch[g](cur, s)
+                    var inflight = cur.copy()
                     comptime if g + 1 < NGB:
                         cur = dequant_batch[g + 1](s)
                     else:
@@ -409,6 +418,9 @@ def int4_gemm_wgmma_kernel[
                             _mbar_wait(_saddr(full.unsafe_offset(s1)), UInt32(((it + 1) // S) & 1))
                             cur = dequant_batch[0](s1)
                     wgmma_wait_group_sync[0]()
+                    # the A registers of the batch just retired stay allocated until here
+                    comptime for q in range(KG * FPW):
+                        _keep4(inflight[q])
                 if cw % 128 == 0:
                     _ = empty[unsafe_offset=s].arrive()
         wgmma_wait_group_sync[0]()

@@ -2,7 +2,8 @@
 
     python tests/mojo/int4_gemm_fixture.py .gpu-bin/int4_gemm_fixture.bin
     ../shared/gpu/bundle-bin -I . -I tests/mojo tests/mojo/int4_gemm_gpu_test.mojo
-    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture]
+    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture] [pp]
+(`pp`: also the experimental software-pipelined wgmma configs, not dispatched yet.)
 
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
 2. Fixture problems packed by python/mojo_gemm/quant/int4_layout.py with float64 results: the
@@ -68,9 +69,10 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     ctx: DeviceContext, op: Pointer[Scalar[dtype], MutAnyOrigin], xp: Pointer[Scalar[dtype], MutAnyOrigin],
     qp: Pointer[UInt32, MutAnyOrigin], sp: Pointer[Scalar[dtype], MutAnyOrigin],
     zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
-    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int],
+    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int], with_pp: Bool,
 ) raises -> Bool:
-    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows)."""
+    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows);
+    the experimental software-pipelined configs only with the `pp` flag (see main)."""
     var ok = True
 
     @always_inline
@@ -88,8 +90,9 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         one[WG_CFG_64](splits[i])
         one[WG_CFG_64W](splits[i])
         one[WG_CFG_128](splits[i])
-        one[WG_CFG_64P](splits[i])
-        one[WG_CFG_128P](splits[i])
+        if with_pp:
+            one[WG_CFG_64P](splits[i])
+            one[WG_CFG_128P](splits[i])
     return ok
 
 
@@ -104,7 +107,7 @@ def _upload_f32_as[dtype: DType](ctx: DeviceContext, src: Pointer[Float32, MutAn
 
 
 def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
-    ctx: DeviceContext, base: Pointer[UInt8, MutAnyOrigin], mut off: Int
+    ctx: DeviceContext, base: Pointer[UInt8, MutAnyOrigin], mut off: Int, with_pp: Bool
 ) raises -> Bool:
     var hdr = base.unsafe_offset(off).unsafe_bitcast[Int32]()
     var m = Int(hdr[unsafe_offset=0])
@@ -168,12 +171,12 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](
         ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
         s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
-        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits) and ok
+        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits, with_pp) and ok
     return ok
 
 
 def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
-    ctx: DeviceContext, m: Int, n: Int, kp: Int
+    ctx: DeviceContext, m: Int, n: Int, kp: Int, with_pp: Bool
 ) raises -> Bool:
     var np_ = (n + 63) // 64 * 64
     var groups = kp // (kp if group_size <= 0 else group_size)
@@ -209,7 +212,7 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
               r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
     var wsplits: List[Int] = [0, 1, 4]
-    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits) and ok
+    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits, with_pp) and ok
     return ok
 
 
@@ -220,6 +223,7 @@ def main() raises:
     var args = argv()
     if len(args) > 1:
         path = String(args[1])
+    var pp = len(args) > 2 and String(args[2]) == "pp"  # also the experimental pipelined configs
     var data: List[UInt8]
     with open(path, "r") as f:
         data = f.read_bytes()
@@ -227,23 +231,23 @@ def main() raises:
     var ncases = Int(base.unsafe_bitcast[Int32]()[unsafe_offset=0])
     var off = 4
     # the instantiations follow CASES in int4_gemm_fixture.py
-    ok = fixture_case[DType.bfloat16, 128, True, True](ctx, base, off) and ok
-    ok = fixture_case[DType.float16, 64, True, False](ctx, base, off) and ok
-    ok = fixture_case[DType.float16, -1, False, False](ctx, base, off) and ok
-    ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off) and ok
-    ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off) and ok
+    ok = fixture_case[DType.bfloat16, 128, True, True](ctx, base, off, pp) and ok
+    ok = fixture_case[DType.float16, 64, True, False](ctx, base, off, pp) and ok
+    ok = fixture_case[DType.float16, -1, False, False](ctx, base, off, pp) and ok
+    ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off, pp) and ok
+    ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off, pp) and ok
     if ncases != 5 or off != len(data):
         print("fixture: expected 5 cases and", len(data), "bytes, read", off, flush=True)
         ok = False
-    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048) and ok
-    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024) and ok
-    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072) and ok
+    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048, pp) and ok
+    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096, pp) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024, pp) and ok
+    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072, pp) and ok
     # wgmma-sized: many M-tiles (raster groups), N tails (partial CTA band sets), per-channel, g32
-    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024) and ok
-    ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024) and ok
-    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
+    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024, pp) and ok
+    ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048, pp) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024, pp) and ok
+    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096, pp) and ok
     print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)
