@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MOJO = shutil.which("mojo") or str(Path(sys.executable).with_name("mojo"))
-"""The Mojo compiler: on PATH, else beside this interpreter (a venv not on PATH)."""
+_MOJO_BESIDE = Path(sys.executable).with_name("mojo")
+MOJO = str(_MOJO_BESIDE) if _MOJO_BESIDE.is_file() else (shutil.which("mojo") or "mojo")
+"""The Mojo compiler: beside this interpreter (a venv not on PATH), else on PATH."""
 
 NO_SPILLS = (r"\bld\.local\b", r"\bst\.local\b")
 """Register spills / local arrays show up as ld.local / st.local."""

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MOJO = shutil.which("mojo") or str(Path(sys.executable).with_name("mojo"))
+_MOJO_BESIDE = Path(sys.executable).with_name("mojo")
+MOJO = str(_MOJO_BESIDE) if _MOJO_BESIDE.is_file() else (shutil.which("mojo") or "mojo")
 HARNESS = ROOT / "tests" / "mojo" / "grouped_gpu_harness.mojo"
 
 COMPILE = """

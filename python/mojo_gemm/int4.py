@@ -65,19 +65,18 @@ def int4_matmul(
         rows = ops.pad(rows, [0, 0, 0, kp - k])
     device = x.device
 
-    def dummy(shape: list[int]) -> TensorValue:
-        # the op always takes zeros and bias; a 1-element stand-in when absent
-        return ops.constant(0, x.dtype, device=device).broadcast_to(shape)
-
+    # The op always takes zeros and bias; when absent it never reads them, so the scales stand
+    # in (a view, not a new constant: broadcast constants would cost a kernel launch each).
+    scales = weight.scales
     out = ops.custom(
         OP_NAME,
         device,
         [
             rows,
             weight.qweight,
-            weight.scales,
-            weight.zeros if weight.zeros is not None else dummy([1, 1]),
-            bias if bias is not None else dummy([1]),
+            scales,
+            weight.zeros if weight.zeros is not None else scales,
+            bias if bias is not None else scales.reshape([-1]),
         ],
         [TensorType(x.dtype, [rows.shape[0], n], device)],
         parameters={
