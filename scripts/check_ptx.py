@@ -48,8 +48,30 @@ class PtxCheck:
 
 
 GROUPED_HARNESS = "tests/mojo/grouped_gpu_harness.mojo"
+INT4_HARNESS = "tests/mojo/int4_gemm_gpu_test.mojo"
+K_CACHE_HARNESS = "tests/mojo/k_cache_gpu_harness.mojo"
 
 CHECKS: tuple[PtxCheck, ...] = (
+    PtxCheck(
+        name="int4_sm90",
+        harness=INT4_HARNESS,
+        arch="sm_90a",
+        required=(
+            r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16",  # M >= 33 kernel
+            r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.f16\.f16",
+            r"cp\.async\.bulk\.tensor\.2d",  # TMA activation tiles
+            r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",  # M <= 32 kernels
+        ),
+    ),
+    PtxCheck(
+        name="k_cache_sm90",
+        harness=K_CACHE_HARNESS,
+        arch="sm_90a",
+        required=(
+            r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3",
+            r"cp\.async\.bulk\.tensor\.2d",
+        ),
+    ),
     PtxCheck(
         name="grouped_sm90",
         harness=GROUPED_HARNESS,
@@ -93,7 +115,8 @@ def build_ptx(check: PtxCheck, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / check.name
     cmd = [
-        MOJO, "build", "-I", str(ROOT), "--target-accelerator", check.arch, "--emit", "asm",
+        MOJO, "build", "-I", str(ROOT), "-I", str(ROOT / "tests" / "mojo"),
+        "--target-accelerator", check.arch, "--emit", "asm",
         str(ROOT / check.harness), "-o", f"{stem}.s",
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
