@@ -24,9 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_MOJO_BESIDE = Path(sys.executable).with_name("mojo")
-MOJO = str(_MOJO_BESIDE) if _MOJO_BESIDE.is_file() else (shutil.which("mojo") or "mojo")
-"""The Mojo compiler: beside this interpreter (a venv not on PATH), else on PATH."""
+
+
+def find_mojo() -> tuple[str, dict[str, str] | None]:
+    """The Mojo compiler that came with the installed `max`, and its environment.
+
+    The `mojo` console script of the pinned wheel (mojo 1.2.0) execs the driver binary with
+    `mojo.run._mojo_env()`; doing the same here needs neither PATH nor the venv's bin/ (CI
+    calls the venv's python directly). Falls back to `mojo` on PATH.
+    """
+    try:
+        from mojo.run import _mojo_env
+
+        env = _mojo_env()
+        return env["MODULAR_MOJO_MAX_DRIVER_PATH"], env
+    except (ImportError, KeyError):
+        return shutil.which("mojo") or "mojo", None
+
+
+MOJO, MOJO_ENV = find_mojo()
 
 NO_SPILLS = (r"\bld\.local\b", r"\bst\.local\b")
 """Register spills / local arrays show up as ld.local / st.local."""
@@ -119,7 +135,7 @@ def build_ptx(check: PtxCheck, out_dir: Path) -> list[Path]:
         "--target-accelerator", check.arch, "--emit", "asm",
         str(ROOT / check.harness), "-o", f"{stem}.s",
     ]
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=MOJO_ENV)
     if run.returncode != 0:
         errors = [ln for ln in (run.stdout + run.stderr).splitlines() if "warning" not in ln]
         raise RuntimeError(f"{check.name}: mojo build failed:\n" + "\n".join(errors[-60:]))

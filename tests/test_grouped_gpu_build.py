@@ -10,7 +10,6 @@ Each runs in a subprocess: virtual devices are process-wide and must be set befo
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_MOJO_BESIDE = Path(sys.executable).with_name("mojo")
-MOJO = str(_MOJO_BESIDE) if _MOJO_BESIDE.is_file() else (shutil.which("mojo") or "mojo")
+sys.path.insert(0, str(ROOT / "scripts"))
+from check_ptx import MOJO, MOJO_ENV  # noqa: E402  (the compiler that came with max)
+
 HARNESS = ROOT / "tests" / "mojo" / "grouped_gpu_harness.mojo"
 
 COMPILE = """
@@ -58,7 +58,7 @@ def test_grouped_harness_on_gpu() -> None:
         build = subprocess.run(
             [MOJO, "build", "-I", str(ROOT), "--target-accelerator", "sm_90a", str(HARNESS),
              "-o", str(exe)],
-            capture_output=True, text=True, timeout=900, cwd=ROOT,
+            capture_output=True, text=True, timeout=900, cwd=ROOT, env=MOJO_ENV,
         )
         assert build.returncode == 0, build.stderr[-6000:]
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
