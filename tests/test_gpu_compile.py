@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from subprocess_env import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,7 +21,7 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
     """scripts/compile_gpu_graphs.py --arch sm_90a succeeds and names every op."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "compile_gpu_graphs.py"), "--arch", "sm_90a"],
-        capture_output=True, text=True, timeout=1200,
+        capture_output=True, text=True, timeout=1200, env=child_env(),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     ops = ("multistage_gemm_q", "grouped_matmul_sm100_persistent", "k_matmul_ragged_paged_scale")

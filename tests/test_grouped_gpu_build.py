@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from subprocess_env import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_ptx import MOJO, MOJO_ENV  # noqa: E402  (the compiler that came with max)
@@ -44,7 +46,7 @@ def test_grouped_graph_compiles(arch: str) -> None:
     """The GPU graph with plain, in-place SwiGLU + row-scale and plane-split instances builds."""
     run = subprocess.run(
         [sys.executable, "-c", COMPILE, arch, str(ROOT / "scripts")],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=child_env(),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     assert f"compiled grouped for {arch}" in run.stdout

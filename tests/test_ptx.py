@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from subprocess_env import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_ptx_check_passes() -> None:
     """All checks of scripts/check_ptx.py pass, and each one ran."""
     listing = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_ptx.py"), "--list"],
-                             capture_output=True, text=True, check=True).stdout
+                             capture_output=True, text=True, check=True, env=child_env()).stdout
     names = [line.split(":")[0] for line in listing.splitlines() if line.strip()]
     assert {"int4_sm90", "k_cache_sm90", "grouped_sm90", "grouped_sm100"} <= set(names)
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_ptx.py")],
-                         capture_output=True, text=True, timeout=1500, cwd=ROOT)
+                         capture_output=True, text=True, timeout=1500, cwd=ROOT,
+                         env=child_env())
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     for name in names:
         assert f"OK {name}" in run.stdout
