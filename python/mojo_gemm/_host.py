@@ -7,9 +7,6 @@ import numpy as np
 from max.driver import CPU, Buffer
 from max.dtype import DType
 
-ACTIVATION_DTYPES = (DType.bfloat16, DType.float16)
-"""The activation / output dtypes the int4 op supports."""
-
 
 def numpy_dtype(dtype: DType) -> np.dtype:
     """The numpy dtype holding `dtype` values (ml_dtypes.bfloat16 for bfloat16)."""
