@@ -1,0 +1,154 @@
+"""`MoEBlock`: a mixture-of-experts SwiGLU FFN as a `max.nn` module on the grouped GEMM op.
+
+Everything happens inside the graph, on the graph's device, with no host round trip:
+
+1. router: logits = x · Wrᵀ in float32 (bf16 weight cast up: float32 logits make exact ties,
+   and so routing that depends on accumulation order, practically impossible), `ops.top_k`,
+   weights = softmax over the k selected logits (= softmax over all, renormalized on the top-k);
+2. grouping: the [T, k] choices are flattened to R = T·k assignments and sorted by the unique
+   key expert · 2³² + assignment (so the order does not depend on the sort being stable);
+   counts come from a one-hot sum, offsets from a cumsum, expert_ids = arange(E) (G = E groups,
+   empty ones included: the op skips them), stats = [max count, E];
+3. experts: rows x[token of each sorted assignment] go through `grouped_matmul` twice, gate/up
+   with the SwiGLU epilogue, then down with row_scale = the assignment's router weight;
+4. combine: the sorted rows are put back in assignment order with the inverse permutation (a
+   gather, so no atomics and a fixed summation order) and the k rows of each token are summed
+   in float32, then rounded to x's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from max.driver import Buffer
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, Weight, ops
+from max.nn import Module
+
+from ._host import to_buffer
+from .contracts.grouped import GROUPED_DTYPES, SWIGLU_BLOCK
+from .grouped import grouped_matmul
+from .grouped_layer import GroupedLinear
+
+HIDDEN_ALIGN = 8
+"""hidden_size must be a multiple of this (the grouped op's column blocks)."""
+_KEY_SHIFT = 1 << 32
+"""Sort key = expert id · 2³² + assignment index: unique, ordered by expert first."""
+
+
+class MoEBlock(Module):
+    """Top-k routed SwiGLU experts: y[t] = Σ_j w[t, j] · down_e(silu(gate_e(x[t])) · up_e(x[t])).
+
+    e = the j-th expert chosen for token t, w = softmax of the chosen router logits.
+    Weights (names as in `state_dict()`): `router_weight` `dtype` [num_experts, hidden_size],
+    `gate_up.weight` `dtype` [num_experts, 2 · intermediate_size, hidden_size] (gate and up
+    interleaved, `interleave_gate_up`), `down.weight` `dtype` [num_experts, hidden_size,
+    intermediate_size]. Fill them with `moe_state` / `load_moe`.
+    Call: x `dtype` [T, hidden_size] (T may be symbolic) on `device` -> `dtype` [T, hidden_size].
+    Raises TypeError (dtype) / ValueError (sizes) naming the argument for a bad configuration.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        num_experts: int,
+        top_k: int,
+        *,
+        dtype: DType = DType.bfloat16,
+        device: DeviceRef | None = None,
+    ) -> None:
+        super().__init__()
+        if dtype not in GROUPED_DTYPES:
+            raise TypeError(f"MoEBlock: dtype must be bfloat16 or float16, got {dtype}")
+        if hidden_size < 1 or hidden_size % HIDDEN_ALIGN:
+            raise ValueError(f"MoEBlock: hidden_size must be a positive multiple of "
+                             f"{HIDDEN_ALIGN}, got {hidden_size}")
+        if intermediate_size < 1 or intermediate_size % SWIGLU_BLOCK:
+            raise ValueError(f"MoEBlock: intermediate_size must be a positive multiple of "
+                             f"{SWIGLU_BLOCK}, got {intermediate_size}")
+        if num_experts < 1:
+            raise ValueError(f"MoEBlock: num_experts must be >= 1, got {num_experts}")
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"MoEBlock: top_k must be in [1, num_experts = {num_experts}], "
+                             f"got {top_k}")
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_experts, self.top_k, self.dtype = num_experts, top_k, dtype
+        self.device = device if device is not None else DeviceRef.CPU()
+        self.router_weight = Weight("router_weight", dtype, [num_experts, hidden_size],
+                                    self.device)
+        self.gate_up = GroupedLinear(num_experts, hidden_size, intermediate_size, swiglu=True,
+                                     dtype=dtype, device=self.device)
+        self.down = GroupedLinear(num_experts, intermediate_size, hidden_size, dtype=dtype,
+                                  device=self.device)
+
+    def _check_input(self, x: TensorValue) -> None:
+        if x.dtype != self.dtype:
+            raise TypeError(f"MoEBlock: x must have dtype {self.dtype}, got {x.dtype}")
+        if x.rank != 2 or x.shape[1] != self.hidden_size:
+            raise ValueError(f"MoEBlock: x must be [T, {self.hidden_size}], got "
+                             f"{list(x.shape)}")
+        if x.device != self.device:
+            raise ValueError(f"MoEBlock: x must be on {self.device}, got {x.device}")
+
+    def route(self, x: TensorValue) -> tuple[TensorValue, TensorValue]:
+        """Router of x `dtype` [T, hidden]: (expert ids int64 [T, k], weights float32 [T, k]).
+
+        The ids are in decreasing logit order; the weights are a softmax over the k logits.
+        """
+        self._check_input(x)
+        logits = ops.matmul(ops.cast(x, DType.float32),
+                            ops.cast(TensorValue(self.router_weight), DType.float32).T)
+        values, ids = ops.top_k(logits, self.top_k, axis=-1)
+        return ids, ops.softmax(values)
+
+    def __call__(self, x: TensorValue) -> TensorValue:
+        """x `dtype` [T, hidden_size] -> `dtype` [T, hidden_size] (see the class docstring)."""
+        ids, weights = self.route(x)
+        dev, e, k = self.device, self.num_experts, self.top_k
+        t = x.shape[0]
+        flat = ops.reshape(ids, [t * k])  # assignment j = token·k + choice
+        r = flat.shape[0]
+        arange_r = ops.range(0, r, 1, out_dim=r, dtype=DType.int64, device=dev)
+        order = ops.argsort(flat * _KEY_SHIFT + arange_r)  # sorted row -> assignment
+        inverse = ops.argsort(order)  # assignment -> sorted row
+        experts = ops.range(0, e, 1, out_dim=e, dtype=DType.int64, device=dev)
+        one_hot = ops.cast(ops.equal(ops.unsqueeze(flat, 1), ops.unsqueeze(experts, 0)),
+                           DType.uint32)  # [R, E]
+        counts = ops.reshape(ops.sum(one_hot, axis=0), [e])
+        offsets = ops.concat([ops.constant(np.zeros(1, np.uint32), DType.uint32, device=dev),
+                              ops.cumsum(counts)])
+        stats = ops.concat([ops.reshape(ops.max(counts, axis=0), [1]),
+                            ops.constant(np.array([e], np.uint32), DType.uint32, device=dev)])
+        expert_ids = ops.cast(experts, DType.int32)
+        rows = ops.gather(x, ops.floor_div(order, k), axis=0)  # [R, hidden], sorted
+        row_scale = ops.gather(ops.reshape(weights, [r]), order, axis=0)
+        route = (offsets, expert_ids, stats)
+        act = grouped_matmul(rows, TensorValue(self.gate_up.weight), *route, swiglu=True)
+        y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=row_scale)
+        per_choice = ops.reshape(ops.cast(ops.gather(y, inverse, axis=0), DType.float32),
+                                 [t, k, self.hidden_size])
+        return ops.cast(ops.sum(per_choice, axis=1).reshape([t, self.hidden_size]), self.dtype)
+
+    def moe_state(
+        self, router: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray
+    ) -> dict[str, Buffer]:
+        """The host buffers of the block's weights (local names) from float arrays.
+
+        router [E, hidden]; gate, up [E, intermediate, hidden]; down [E, hidden, intermediate].
+        Values are rounded to the block's dtype. Raises ValueError on a shape mismatch.
+        """
+        e, h = self.num_experts, self.hidden_size
+        if np.shape(router) != (e, h):
+            raise ValueError(f"MoEBlock: router must have shape {(e, h)}, got "
+                             f"{np.shape(router)}")
+        state = {"router_weight": to_buffer(router, self.dtype)}
+        state.update({f"gate_up.{n}": b for n, b in
+                      self.gate_up.expert_state(gate=gate, up=up).items()})
+        state.update({f"down.{n}": b for n, b in self.down.expert_state(down).items()})
+        return state
+
+    def load_moe(
+        self, router: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray
+    ) -> None:
+        """Loads the block's weights (see `moe_state`); for a nested block load the model."""
+        self.load_state_dict(self.moe_state(router, gate, up, down))

@@ -1,0 +1,164 @@
+"""`MoEBlock` (router top-k, on-device grouping, grouped SwiGLU experts, weighted combine) through
+a MAX graph vs its float64 reference (`mojo_gemm.models.reference.moe_reference`).
+
+One graph holds two blocks (bf16: H=200, I=72, 16 experts, top-2; fp16: H=96, I=40, 5 experts,
+top-3) with a symbolic token count, so it compiles once per device and every T below (1: most
+groups empty, ragged 7, 37) reuses it. Also checks the routing outputs and the configuration
+errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pytest
+from max.driver import CPU, Accelerator, Device
+from max.dtype import DType
+from max.engine import InferenceSession, Model
+from max.graph import DeviceRef, Graph, TensorType, TensorValue
+from max.nn import LayerList, Module
+
+from mojo_gemm._host import to_buffer, to_numpy
+from mojo_gemm.models.reference import moe_reference, round_to
+from mojo_gemm.moe_block import MoEBlock
+
+T_VALUES = (1, 7, 37)
+TOL = 1e-2
+
+
+@dataclass(frozen=True)
+class Case:
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+    dtype: DType
+
+
+CASES = (Case(200, 72, 16, 2, DType.bfloat16), Case(96, 40, 5, 3, DType.float16))
+
+
+def case_weights(case: Case, seed: int) -> tuple[np.ndarray, ...]:
+    """Random float router [E, H], gate/up [E, I, H], down [E, H, I] (fresh, nonzero)."""
+    rng = np.random.default_rng(seed)
+    e, h, i = case.experts, case.hidden, case.inter
+    return (rng.standard_normal((e, h)) / np.sqrt(h),
+            rng.standard_normal((e, i, h)) / np.sqrt(h),
+            rng.standard_normal((e, i, h)) / np.sqrt(h),
+            rng.standard_normal((e, h, i)) / np.sqrt(i))
+
+
+class Blocks(Module):
+    """Every case as one MoEBlock on its own input; outputs y, ids, weights per block."""
+
+    def __init__(self, device: DeviceRef) -> None:
+        super().__init__()
+        self.blocks = LayerList([
+            MoEBlock(c.hidden, c.inter, c.experts, c.top_k, dtype=c.dtype, device=device)
+            for c in CASES
+        ])
+
+    def __call__(self, *xs: TensorValue) -> tuple[TensorValue, ...]:
+        outs: list[TensorValue] = []
+        for block, x in zip(self.blocks, xs, strict=True):
+            outs += [block(x), *block.route(x)]
+        return tuple(outs)
+
+
+@cache
+def compiled(device_kind: str) -> tuple[Model, Device, tuple[tuple[np.ndarray, ...], ...]]:
+    """The two-block model on `device_kind`, compiled once, with its float weights."""
+    dref = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
+    dev: Device = Accelerator() if device_kind == "gpu" else CPU()
+    blocks = Blocks(dref)
+    weights = tuple(case_weights(c, seed=10 + n) for n, c in enumerate(CASES))
+    state = {}
+    for n, (block, w) in enumerate(zip(blocks.blocks, weights, strict=True)):
+        state.update({f"blocks.{n}.{k}": v for k, v in block.moe_state(*w).items()})
+    blocks.load_state_dict(state)
+    session = InferenceSession(devices=[CPU(), dev] if device_kind == "gpu" else [CPU()])
+    types = [TensorType(c.dtype, [f"t{n}", c.hidden], dref) for n, c in enumerate(CASES)]
+    return blocks.compile(*types, session=session), dev, weights
+
+
+def run(device_kind: str) -> None:
+    model, dev, weights = compiled(device_kind)
+    rng = np.random.default_rng(7)
+    for t in T_VALUES:
+        xs = [round_to(rng.standard_normal((t, c.hidden)) * rng.uniform(0.5, 2.0, (t, 1)),
+                       c.dtype) for c in CASES]
+        outs = model.execute(*(to_buffer(x, c.dtype).to(dev)
+                               for x, c in zip(xs, CASES, strict=True)))
+        for n, (case, x, w) in enumerate(zip(CASES, xs, weights, strict=True)):
+            y, ids, wts = (to_numpy(o) for o in outs[3 * n: 3 * n + 3])
+            ref, ref_ids, ref_w = moe_reference(x, *w, case.top_k, case.dtype)
+            where = f"case {n} ({case}) T={t}"
+            assert y.shape == (t, case.hidden), where
+            np.testing.assert_array_equal(ids, ref_ids, err_msg=where)
+            np.testing.assert_allclose(wts, ref_w, rtol=1e-5, atol=1e-6, err_msg=where)
+            assert np.isfinite(y).all(), f"{where}: non-finite output"
+            err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+            assert err <= TOL, f"{where}: rel. Frobenius error {err:.3e} > {TOL}"
+
+
+def test_moe_block_cpu() -> None:
+    """Both blocks on the CPU, T in {1, 7, 37}."""
+    run("cpu")
+
+
+@pytest.mark.gpu
+def test_moe_block_gpu() -> None:
+    """Both blocks on the GPU, T in {1, 7, 37}."""
+    run("gpu")
+
+
+# ------------------------------------------------------------------------------- configuration
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"dtype": DType.float32}, TypeError, "dtype must be bfloat16 or float16"),
+        ({"hidden_size": 100}, ValueError, "hidden_size must be a positive multiple of 8"),
+        ({"intermediate_size": 12}, ValueError, "intermediate_size.*multiple of 8"),
+        ({"num_experts": 0, "top_k": 1}, ValueError, "num_experts must be >= 1"),
+        ({"top_k": 9}, ValueError, r"top_k must be in \[1, num_experts = 8\], got 9"),
+        ({"top_k": 0}, ValueError, "top_k must be in"),
+    ],
+    ids=["dtype", "hidden", "intermediate", "experts", "top_k_big", "top_k_zero"],
+)
+def test_bad_configuration(kwargs: dict[str, object], error: type, match: str) -> None:
+    args: dict[str, object] = {"hidden_size": 64, "intermediate_size": 32, "num_experts": 8,
+                               "top_k": 2}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        MoEBlock(**args)  # type: ignore[arg-type]
+
+
+_CPU = DeviceRef.CPU()
+
+
+@pytest.mark.parametrize(
+    ("x_type", "error", "match"),
+    [
+        (TensorType(DType.float16, ["t", 64], _CPU), TypeError, "x must have dtype"),
+        (TensorType(DType.bfloat16, ["t", 72], _CPU), ValueError, r"x must be \[T, 64\]"),
+        (TensorType(DType.bfloat16, [64], _CPU), ValueError, r"x must be \[T, 64\]"),
+        (TensorType(DType.bfloat16, ["t", 64], DeviceRef.GPU()), ValueError, "x must be on cpu"),
+    ],
+    ids=["dtype", "hidden", "rank", "device"],
+)
+def test_bad_input(x_type: TensorType, error: type, match: str) -> None:
+    block = MoEBlock(64, 32, 8, 2)
+    with Graph("moe_bad_input", input_types=[x_type]) as g, pytest.raises(error, match=match):
+        block(g.inputs[0].tensor)
+
+
+def test_moe_state_shapes() -> None:
+    block = MoEBlock(64, 32, 8, 2)
+    good = case_weights(Case(64, 32, 8, 2, DType.bfloat16), seed=0)
+    assert set(block.moe_state(*good)) == {"router_weight", "gate_up.weight", "down.weight"}
+    with pytest.raises(ValueError, match="router must have shape"):
+        block.moe_state(good[0][:, :8], *good[1:])
+    with pytest.raises(ValueError, match="weights must have shape"):
+        block.moe_state(good[0], good[1], good[2], good[3][:, :, :8])
