@@ -1,0 +1,25 @@
+"""The GPU launch plan of `multistage_gemm_q` as text, computable on the host (any target).
+
+Benchmarks record it per row and tests check it (e.g. warp_k > 1 at decode sizes) without a GPU:
+the plan is a pure function of (M, N, Kp, group size, zeros) on an H200 (SM90 shared-memory
+budget), the same function the GPU dispatch uses (`int4_gemm_gpu_config`).
+"""
+
+from .gpu_dispatch import int4_gemm_gpu_config
+
+
+def write_int4_gpu_plan(
+    dst: Pointer[UInt8, MutAnyOrigin], capacity: Int, m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool
+) raises:
+    """Writes the plan for out[M, N] = x[M, Kp] · Wᵀ as NUL-padded ASCII into dst[0:capacity].
+
+    Raises if the text does not fit (capacity too small) or a size is not positive.
+    """
+    if m <= 0 or n <= 0 or kp <= 0:
+        raise Error("multistage_gemm_q_plan: sizes must be positive, got M=", m, " N=", n, " Kp=", kp)
+    var text = int4_gemm_gpu_config(m, n, kp, group_size, has_zeros)
+    var bytes = text.as_bytes()
+    if len(bytes) >= capacity:
+        raise Error("multistage_gemm_q_plan: plan text of ", len(bytes), " bytes exceeds ", capacity)
+    for i in range(capacity):
+        dst[i] = bytes[i] if i < len(bytes) else UInt8(0)
