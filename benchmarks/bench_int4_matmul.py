@@ -113,6 +113,7 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], device_kind: str,
     from max.graph import DeviceRef
 
     from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
+    from mojo_gemm.int4_plan import int4_gpu_plan
     from mojo_gemm.quant.int4_layout import permute_group_params, unpack_codes
 
     gpu = device_kind == "gpu"
@@ -154,7 +155,31 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], device_kind: str,
             row = rows.setdefault((name, m), {"layer": name, "M": m, "N": n, "K": k})
             row.update(check_rel_err=err, ours_us=sec * 1e6, TBps=weight_bytes(n, k) / sec / 1e12,
                        TFLOPs=2 * m * n * k / sec / 1e12, GFLOPs=2 * m * n * k / sec / 1e9)
+            if gpu:
+                row["host_us"] = harness.time_max_host(model, args, copies, sync) * 1e6
+                row["config"] = int4_gpu_plan(m, n, k, GROUP)
             print("ours", row, flush=True)
+
+
+def graph_floor(k: int = 4096) -> dict[str, float]:
+    """Per-op time of the cheapest op MAX can run (negate of a [1, k] bf16 tensor) in a graph of
+    R such ops, by the same method: the runtime's own per-op cost, which no op can go below."""
+    from max.driver import Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    from mojo_gemm._host import to_buffer
+
+    acc, gpu = Accelerator(), DeviceRef.GPU()
+    with Graph("graph_floor", input_types=[TensorType(DType.bfloat16, [1, k], gpu)] * R) as g:
+        g.output(*[ops.negate(v.tensor) for v in g.inputs])
+    model = InferenceSession(devices=[acc]).load(g)
+    xs = [to_buffer(np.ones((1, k), np.float32), DType.bfloat16).to(acc) for _ in range(R)]
+    floor = {"negate_us": harness.time_max_model(model, xs, R, acc.synchronize) * 1e6,
+             "negate_host_us": harness.time_max_host(model, xs, R, acc.synchronize) * 1e6}
+    print("graph floor", floor, flush=True)
+    return floor
 
 
 def to_device(array: np.ndarray, dev: Any) -> Any:
@@ -176,7 +201,10 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]]) -> None:
     gpu, acc = DeviceRef.GPU(), Accelerator()
     session = InferenceSession(devices=[acc])
     rng = np.random.default_rng(1)
+    only = os.environ.get("BENCH_MAX_LAYERS")  # MAX compiles per layer (~40 s): pick some
     for name, (n, k) in LAYERS.items():
+        if only and name not in only.split(","):
+            continue
         if time.perf_counter() - T0 > BUDGET_S - 60:
             print(f"max {name}: skipped (benchmark budget {BUDGET_S:.0f}s spent)", flush=True)
             continue
@@ -213,6 +241,8 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]]) -> None:
                                          acc.synchronize)
             row = rows.setdefault((name, m), {"layer": name, "M": m, "N": n, "K": k})
             row["max_us"] = sec * 1e6
+            row["max_host_us"] = harness.time_max_host(
+                model, [*xs, *(packed[i % nw] for i in range(R))], R, acc.synchronize) * 1e6
             print("max", name, m, f"{sec * 1e6:.1f}us", flush=True)
 
 
@@ -252,6 +282,7 @@ def main() -> None:
     only = os.environ.get("BENCH_LAYERS")  # e.g. "8B.o,8B.gate_up": a quick partial run
     layers = {k: v for k, v in LAYERS.items() if not only or k in only.split(",")}
     m_values = tuple(int(v) for v in os.environ.get("BENCH_M", "").split(",") if v) or M_VALUES
+    floor = graph_floor()
     run_ours(rows, "gpu", layers, m_values)
     run_max_builtin(rows)
     for r in rows.values():
@@ -270,11 +301,12 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     harness.record(
         "int4_matmul_gpu", list(rows.values()),
-        ["layer", "M", "ours_us", "TBps", "TFLOPs", "cublas_us", "x_cublas", "int4pack_us",
-         "max_us", "x_max", "config"],
+        ["layer", "M", "ours_us", "host_us", "TBps", "TFLOPs", "cublas_us", "x_cublas",
+         "int4pack_us", "max_us", "max_host_us", "x_max", "config"],
         method="ours and MAX: graph of R=16 ops on distinct x, rotated weight copies, median "
-               "(execute+sync)/R; torch: do_bench median, L2 flushed; bf16, g=128, symmetric",
-        extra={"summary": summary},
+               "(execute+sync)/R; host_us: execute alone / R; torch: do_bench median, L2 "
+               f"flushed; bf16, g=128, symmetric; graph floor (R negates of [1, 4096]): {floor}",
+        extra={"summary": summary, "graph_floor": floor},
     )
 
 

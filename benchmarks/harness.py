@@ -64,6 +64,20 @@ def time_max_model(
     return median_seconds(once, warmup=1, reps=reps) / copies
 
 
+def time_max_host(model: Any, args: Sequence[Any], copies: int,
+                  synchronize: Callable[[], None]) -> float:
+    """Host seconds per op of `model.execute` alone (the device is synchronized outside the
+    timed region): when it is close to `time_max_model`, the graph is host-bound."""
+    samples = []
+    for _ in range(5):
+        synchronize()
+        t = time.perf_counter()
+        model.execute(*args)
+        samples.append(time.perf_counter() - t)
+        synchronize()
+    return statistics.median(samples) / copies
+
+
 def torch_do_bench(fn: Callable[[], Any]) -> float:
     """Seconds per call of a torch callable: do_bench median, L2 flushed between runs."""
     import triton.testing
