@@ -106,7 +106,8 @@ struct GroupedMatmulSm100PersistentInplace[
 
 # ---- k_matmul_ragged_paged_scale (issue 5): FP8 block-scaled K projection into MAX's paged cache
 from extensibility import _MutableInputTensor
-from .k_cache_matmul.entry import k_matmul_ragged_paged_scale
+from .k_cache_matmul.entry import kv_matmul_ragged_paged_scale
+from .k_cache_matmul.layout import K_HALF, V_HALF
 
 
 @extensibility.register("k_matmul_ragged_paged_scale")
@@ -142,7 +143,64 @@ struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
         layer_idx: UInt32,
         ctx: DeviceContext,
     ) raises:
-        k_matmul_ragged_paged_scale[Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, target](
+        kv_matmul_ragged_paged_scale[
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, K_HALF, target
+        ](
             hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
             page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
         )
+
+
+@extensibility.register("v_matmul_ragged_paged_scale")
+struct VMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
+    """The V twin of `k_matmul_ragged_paged_scale`: the same operands, math and kernels, writing
+    kv_blocks[lut[b, pos // P], 1, layer_idx, pos % P, n // D, n % D] (the V half) instead."""
+
+    @staticmethod
+    def execute[in_dtype: DType, cache_dtype: DType, //, target: StaticString](
+        hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+        weight: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        weight_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        kv_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+        kv_blocks: _MutableInputTensor[dtype=cache_dtype, rank=6, ...],
+        page_stride: InputTensor[dtype=DType.int64, rank=1, ...],
+        cache_lengths: InputTensor[dtype=DType.uint32, rank=1, ...],
+        lookup_table: InputTensor[dtype=DType.uint32, rank=2, ...],
+        max_prompt_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        max_cache_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        layer_idx: UInt32,
+        ctx: DeviceContext,
+    ) raises:
+        kv_matmul_ragged_paged_scale[
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, V_HALF, target
+        ](
+            hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
+            page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
+        )
+
+
+# ---- quantize_fp8_rows (issue 6): per-token, per-block e4m3 activation quantizer
+from .fp8_quant.launcher import quantize_fp8_rows
+
+
+@extensibility.register("quantize_fp8_rows")
+struct QuantizeFp8Rows[block: Int]:
+    """Quantizes activations per token and per `block` columns to e4m3 (kernels in fp8_quant/).
+
+    data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]) with scales[kb, t] = amax over the
+    block / 448 (1.0 for an all-zero block): mojo_gemm.quant.fp8.quantize_fp8_input(x, 1, block)
+    without its token padding. Shapes: x [T, H] bfloat16, float16 or float32; data [T, H]
+    float8_e4m3fn (uint8 bits on CPU); scales float32 [ceil(H/block), T] (the input_scale
+    layout of k_matmul_ragged_paged_scale with gm = 1).
+    """
+
+    @staticmethod
+    def execute[in_dtype: DType, out_dtype: DType, //, target: StaticString](
+        data: OutputTensor[dtype=out_dtype, rank=2, ...],
+        scales: OutputTensor[dtype=DType.float32, rank=2, ...],
+        x: InputTensor[dtype=in_dtype, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        quantize_fp8_rows[Self.block, target](data, scales, x, ctx)

@@ -1,18 +1,20 @@
-"""Graph-tensor entry of `k_matmul_ragged_paged_scale`: checks, builds MAX's paged-cache
-collection from the PagedCacheValues tensors, then calls the launcher."""
+"""Graph-tensor entry of `k_matmul_ragged_paged_scale` and its V twin
+`v_matmul_ragged_paged_scale`: checks, builds MAX's paged-cache collection from the
+PagedCacheValues tensors, takes the K or V half of layer `layer_idx` (compile-time `half`), then
+calls the launcher. The kernels only see a KVCacheT, so both halves share every code path."""
 
 from extensibility import InputTensor, _MutableInputTensor
 from max.gpu.host import DeviceContext
 from builtin_kernels.kv_cache import generic_get_paged_cache
-from kv_cache.types import KVCacheStaticParams
+from kv_cache.types import KVCacheStaticParams, KVCollectionT
 from layout import TileTensor
 
 from .launcher import launch_k_cache_matmul
-from .layout import KCacheShape, OP_NAME
+from .layout import F32Ptr, Fp8Ptr, KCacheShape, K_HALF, U32Ptr, op_name
 
 
-def k_matmul_ragged_paged_scale[
-    in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, target: StaticString
+def kv_matmul_ragged_paged_scale[
+    in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, half: Int, target: StaticString
 ](
     hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
     input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
@@ -29,12 +31,14 @@ def k_matmul_ragged_paged_scale[
     layer_idx: UInt32,
     ctx: DeviceContext,
 ) raises:
-    """See KMatmulRaggedPagedScale in registrations.mojo. Raises an Error naming the tensor for
-    a bad shape, a page_stride below one page, or layer_idx >= the cache's layers."""
+    """See KMatmulRaggedPagedScale in registrations.mojo; `half` is K_HALF or V_HALF. Raises an
+    Error naming the tensor for a bad shape, a page_stride below one page, or layer_idx >= the
+    cache's layers."""
+    comptime OP_NAME = op_name[half]()
     comptime assert in_dtype == DType.float8_e4m3fn or in_dtype == DType.uint8, String(
         OP_NAME, ": hidden_state/weight must be float8_e4m3fn (uint8 bits on CPU), got ", in_dtype
     )
-    var shape = KCacheShape.validate[gm, gn, gk](
+    var shape = KCacheShape.validate[gm, gn, gk, half](
         hidden_state.shape(), hidden_state.strides(), input_row_offsets.dim_size(0),
         weight.shape(), weight.strides(), input_scale.shape(), input_scale.strides(),
         weight_scale.shape(), weight_scale.strides(), kv_scale.dim_size(0),
@@ -70,21 +74,46 @@ def k_matmul_ragged_paged_scale[
             max_prompt_length.to_tile_tensor[DType.int64](),
             max_cache_length.to_tile_tensor[DType.int64](),
         )
-        var k_cache = coll.get_key_cache(Int(layer_idx))
-        launch_k_cache_matmul[gm, gn, gk, type_of(k_cache), target](
-            hidden, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(), w,
+        _launch_half[gm, gn, gk, half, target](
+            coll, Int(layer_idx), hidden, w, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(),
             input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
             kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
-            lookup_table.unsafe_ptr().as_unsafe_any_origin(), k_cache, shape, ctx,
+            lookup_table.unsafe_ptr().as_unsafe_any_origin(), shape, ctx,
         )
     else:
         var coll = generic_get_paged_cache(
             kv_blocks, page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length
         )
-        var k_cache = coll.get_key_cache(Int(layer_idx))
-        launch_k_cache_matmul[gm, gn, gk, type_of(k_cache), target](
-            hidden, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(), w,
+        _launch_half[gm, gn, gk, half, target](
+            coll, Int(layer_idx), hidden, w, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(),
             input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
             kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
-            lookup_table.unsafe_ptr().as_unsafe_any_origin(), k_cache, shape, ctx,
+            lookup_table.unsafe_ptr().as_unsafe_any_origin(), shape, ctx,
+        )
+
+
+def _launch_half[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString](
+    coll: Some[KVCollectionT],
+    layer_idx: Int,
+    hidden: Fp8Ptr,
+    weight: Fp8Ptr,
+    offsets: U32Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """Launches the projection into the K (half == K_HALF) or V cache of layer `layer_idx`."""
+    comptime if half == K_HALF:
+        var cache = coll.get_key_cache(layer_idx)
+        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx
+        )
+    else:
+        var cache = coll.get_value_cache(layer_idx)
+        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx
         )

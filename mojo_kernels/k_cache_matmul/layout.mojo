@@ -1,4 +1,5 @@
-"""Shapes, run-time checks and the token -> cache-slot map of `k_matmul_ragged_paged_scale`.
+"""Shapes, run-time checks and the token -> cache-slot map of `k_matmul_ragged_paged_scale` and
+its V twin `v_matmul_ragged_paged_scale` (the same kernels writing the cache's V half).
 
 Shared by the CPU and GPU paths so both resolve rows identically:
 - token t belongs to the sequence b with offsets[b] <= t < offsets[b + 1] (binary search; with
@@ -21,7 +22,19 @@ from std.utils.index import IndexList
 comptime U32Ptr = Pointer[UInt32, MutAnyOrigin]
 comptime F32Ptr = Pointer[Float32, MutAnyOrigin]
 comptime Fp8Ptr = Pointer[Float8_e4m3fn, MutAnyOrigin]
-comptime OP_NAME = "k_matmul_ragged_paged_scale"
+comptime K_HALF = 0
+"""`half` parameter value selecting the K half of the cache (kv_blocks dim 1 index 0)."""
+comptime V_HALF = 1
+"""`half` parameter value selecting the V half of the cache (kv_blocks dim 1 index 1)."""
+
+
+def op_name[half: Int]() -> StaticString:
+    """The registered op writing the cache half `half` (K_HALF or V_HALF), for error messages."""
+    comptime assert half == K_HALF or half == V_HALF, "half must be K_HALF (0) or V_HALF (1)"
+    comptime if half == K_HALF:
+        return "k_matmul_ragged_paged_scale"
+    else:
+        return "v_matmul_ragged_paged_scale"
 
 
 @fieldwise_init
@@ -63,7 +76,7 @@ struct KCacheShape(DevicePassable, ImplicitlyCopyable, TrivialRegisterPassable):
     """Row stride of weight."""
 
     @staticmethod
-    def validate[gm: Int, gn: Int, gk: Int](
+    def validate[gm: Int, gn: Int, gk: Int, half: Int](
         hidden_shape: IndexList[2],
         hidden_strides: IndexList[2],
         offsets_len: Int,
@@ -83,6 +96,7 @@ struct KCacheShape(DevicePassable, ImplicitlyCopyable, TrivialRegisterPassable):
     ) raises -> Self:
         """Checks every shape rule the kernels rely on; raises an Error naming the tensor."""
         comptime assert gm > 0 and gn > 0 and gk > 0, "scale granularities must be positive"
+        comptime OP_NAME = op_name[half]()
         var T = hidden_shape[0]
         var K = hidden_shape[1]
         var N = weight_shape[0]

@@ -1,8 +1,11 @@
-"""Graph function of the FP8 K-cache projection: `k_matmul_ragged_paged_scale`.
+"""Graph functions of the FP8 KV-cache projections: `k_matmul_ragged_paged_scale` and its V
+twin `v_matmul_ragged_paged_scale`.
 
-A drop-in for MAX's `max.nn.kernels.matmul_k_cache_ragged_scaled_float8` (same arguments, same
-cache, same math) emitting our `k_matmul_ragged_paged_scale` Mojo op, plus `kv_scale` for an
-fp8 cache. The op writes into the cache in place (ops.inplace_custom); it returns nothing.
+The K function is a drop-in for MAX's `max.nn.kernels.matmul_k_cache_ragged_scaled_float8`
+(same arguments, same cache, same math) emitting our `k_matmul_ragged_paged_scale` Mojo op, plus
+`kv_scale` for an fp8 cache. The V function takes the same arguments and runs the same kernels
+(op `v_matmul_ragged_paged_scale`), writing the cache's V half instead. Both write into the
+cache in place (ops.inplace_custom) and return nothing.
 
 On CPU, MAX 26.7 graphs cannot hold float8 tensors: pass uint8 tensors holding the e4m3fn bits
 (hidden_state, weight, and the blocks of an fp8 cache); `fp8_dtype_for(device)` says which dtype
@@ -19,9 +22,13 @@ from max.graph import DeviceRef, TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
 from ._extension import ensure_kernels_loaded
-from .contracts.k_cache import FP8, FP8_BITS, K_MATMUL_RAGGED_PAGED_SCALE
-
-OP_NAME = "k_matmul_ragged_paged_scale"
+from .contracts._rules import Contract
+from .contracts.k_cache import (
+    FP8,
+    FP8_BITS,
+    K_MATMUL_RAGGED_PAGED_SCALE,
+    V_MATMUL_RAGGED_PAGED_SCALE,
+)
 
 
 def fp8_dtype_for(device: DeviceRef) -> DType:
@@ -64,6 +71,68 @@ def k_matmul_ragged_paged_scale(
     allocator guarantees it). Raises TypeError / ValueError (`contracts.k_cache`) at graph
     build time for bad shapes, dtypes or devices.
     """
+    _kv_matmul(
+        K_MATMUL_RAGGED_PAGED_SCALE,
+        kv_params,
+        hidden_state,
+        input_row_offsets,
+        weight,
+        input_scale,
+        weight_scale,
+        kv_collection,
+        scales_granularity_mnk,
+        layer_idx,
+        kv_scale,
+    )
+
+
+def v_matmul_ragged_paged_scale(
+    kv_params: KVCacheParams,
+    hidden_state: TensorValue,
+    input_row_offsets: TensorValue,
+    weight: TensorValue,
+    input_scale: TensorValue,
+    weight_scale: TensorValue,
+    kv_collection: PagedCacheValues,
+    scales_granularity_mnk: Sequence[int],
+    layer_idx: int | TensorValue,
+    kv_scale: TensorValue | None = None,
+) -> None:
+    """The V twin of `k_matmul_ragged_paged_scale`: same arguments, math and kernels, writing
+    v[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·weight_scale[n//gn, k//gk] into
+    the V half of layer `layer_idx` (kv_blocks[page, 1, layer, slot, head, dim]); the K half and
+    everything else in the cache are left unchanged. Shapes, dtypes, skipping rules and errors
+    are those of the K function (`contracts.k_cache.V_MATMUL_RAGGED_PAGED_SCALE`).
+    """
+    _kv_matmul(
+        V_MATMUL_RAGGED_PAGED_SCALE,
+        kv_params,
+        hidden_state,
+        input_row_offsets,
+        weight,
+        input_scale,
+        weight_scale,
+        kv_collection,
+        scales_granularity_mnk,
+        layer_idx,
+        kv_scale,
+    )
+
+
+def _kv_matmul(
+    contract: Contract,
+    kv_params: KVCacheParams,
+    hidden_state: TensorValue,
+    input_row_offsets: TensorValue,
+    weight: TensorValue,
+    input_scale: TensorValue,
+    weight_scale: TensorValue,
+    kv_collection: PagedCacheValues,
+    scales_granularity_mnk: Sequence[int],
+    layer_idx: int | TensorValue,
+    kv_scale: TensorValue | None,
+) -> None:
+    """Checks `contract` and emits its op (contract.op is the registered Mojo op's name)."""
     args = {
         "kv_params": kv_params,
         "hidden_state": hidden_state,
@@ -78,7 +147,7 @@ def k_matmul_ragged_paged_scale(
         "layer_idx": layer_idx,
         "kv_scale": kv_scale,
     }
-    K_MATMUL_RAGGED_PAGED_SCALE.validate(args)
+    contract.validate(args)
     ensure_kernels_loaded()
     gm, gn, gk = scales_granularity_mnk
     device = hidden_state.device
@@ -87,7 +156,7 @@ def k_matmul_ragged_paged_scale(
     if kv_scale is None:
         kv_scale = ops.constant([1.0], DType.float32, device=device)
     ops.inplace_custom(
-        OP_NAME,
+        contract.op,
         device,
         [
             hidden_state,

@@ -1,6 +1,8 @@
-"""The contract of `k_matmul_ragged_paged_scale` (FP8 block-scaled K projection into the cache).
+"""The contracts of the FP8 KV-cache path: `k_matmul_ragged_paged_scale` (FP8 block-scaled K
+projection into the cache), its V twin `v_matmul_ragged_paged_scale` (same rules, V half) and
+the activation quantizer `quantize_fp8_rows` that feeds them.
 
-Argument names are those of the Python function; the cache's graph values are named
+Argument names are those of the Python functions; the cache's graph values are named
 `kv_collection.<field>`. Rules are checked in order, so a rule may rely on the ones above it.
 """
 
@@ -12,7 +14,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue
 from max.nn.kv_cache import KVCacheParams
 
-from ._rules import Args, Contract, Rule, Violation, shape_of, static
+from ._rules import Args, Contract, Rule, Violation, dtype_in, shape_of, static
 
 K_CACHE_DTYPES = (DType.bfloat16, DType.float8_e4m3fn)
 """Cache dtypes the op writes: bf16 (plain rounding cast) and fp8 (k / kv_scale, then cast)."""
@@ -240,15 +242,207 @@ def _same_device(name: str) -> Callable[[Args], Violation]:
 
 _TENSORS = ("hidden_state", "input_row_offsets", "weight", "input_scale", "weight_scale")
 
+def _summary(half: str) -> str:
+    return (
+        f"{half.lower()}[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·"
+        "weight_scale[n//gn, k//gk] (fp32), written in place into the "
+        f"{half} half of layer `layer_idx` of MAX's paged cache at position "
+        "cache_lengths[b] + t − offsets[b] of token t's sequence b; an fp8 cache stores "
+        f"{half.lower()} / kv_scale. Runtime data is trusted, but a row whose page column is "
+        "outside the lookup table or whose page id is ≥ the cache's page count is skipped "
+        "(never written out of bounds); tokens outside [offsets[0], offsets[B]) are skipped too."
+    )
+
+
+_KV_RULES: tuple[Rule, ...] = (
+    Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
+    Rule("kv_params", "dtype bfloat16 or float8_e4m3fn", _kv_params_dtype, TypeError),
+    Rule(
+        "kv_params",
+        "a plain K/V cache: kv_dim 2, no kvcache_quant_config, no per_layer_buffers",
+        _kv_params_plain,
+    ),
+    Rule(
+        "scales_granularity_mnk",
+        "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
+        "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
+        _granularity,
+    ),
+    *(Rule(n, "a TensorValue", _is_tensor(n), TypeError) for n in _TENSORS),
+    Rule(
+        "hidden_state",
+        "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
+        "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
+        _hidden_dtype,
+        TypeError,
+    ),
+    Rule(
+        "hidden_state",
+        "rank 2 [T, K] (T = total new tokens, may be symbolic)",
+        _rank("hidden_state", 2),
+    ),
+    Rule("hidden_state", "K (dim 1) static and positive", _k_static),
+    Rule(
+        "weight",
+        "dtype equals hidden_state's",
+        _dtype_like("weight", "hidden_state"),
+        TypeError,
+    ),
+    Rule(
+        "weight",
+        "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
+        _shape_eq("weight", lambda a: [_n(a), _k(a)]),
+    ),
+    Rule(
+        "input_row_offsets",
+        "dtype uint32",
+        _dtype_is("input_row_offsets", DType.uint32),
+        TypeError,
+    ),
+    Rule("input_row_offsets", "rank 1 [B + 1]", _rank("input_row_offsets", 1)),
+    Rule("input_scale", "dtype float32", _dtype_is("input_scale", DType.float32), TypeError),
+    Rule("input_scale", "rank 2", _rank("input_scale", 2)),
+    Rule(
+        "input_scale",
+        "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
+        "padded and symbolic)",
+        _input_scale_shape,
+    ),
+    Rule("weight_scale", "dtype float32", _dtype_is("weight_scale", DType.float32), TypeError),
+    Rule(
+        "weight_scale",
+        "shape [ceil(N/gn), ceil(K/gk)]",
+        _shape_eq("weight_scale", _weight_scale_shape),
+    ),
+    Rule(
+        "kv_collection.kv_blocks",
+        "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
+        _blocks_dtype,
+        TypeError,
+    ),
+    Rule("kv_collection.kv_blocks", "shape [pages, *kv_params.shape_per_block]", _blocks_shape),
+    Rule(
+        "kv_collection", "no cache scales or per-layer buffers (use kv_scale)", _no_cache_scales
+    ),
+    Rule(
+        "kv_collection.cache_lengths",
+        "uint32 [B] on hidden_state's device",
+        _coll_tensor("cache_lengths", DType.uint32, 1),
+    ),
+    Rule(
+        "kv_collection.lookup_table",
+        "uint32 [B, max_pages] on hidden_state's device",
+        _coll_tensor("lookup_table", DType.uint32, 2),
+    ),
+    *(
+        Rule(f"kv_collection.{f}", f"{d.name} [1] on CPU", _coll_tensor(f, d, [1]))
+        for f, d in (
+            ("page_stride", DType.int64),
+            ("max_prompt_length", DType.uint32),
+            ("max_cache_length", DType.uint32),
+        )
+    ),
+    Rule("layer_idx", "an int in [0, num_layers) or a uint32 scalar on CPU", _layer_idx),
+    Rule(
+        "kv_scale",
+        "None (scale 1), or for a float8_e4m3fn cache float32 [1] (per tensor) or "
+        "[n_kv_heads] (per head); the cache stores k / kv_scale",
+        _kv_scale,
+    ),
+    *(
+        Rule(n, "on hidden_state's device", _same_device(n))
+        for n in (
+            "input_row_offsets",
+            "weight",
+            "input_scale",
+            "weight_scale",
+            "kv_scale",
+            "kv_collection.kv_blocks",
+        )
+    ),
+)
+"""The rules shared by the K op and its V twin (same operands, same kernels)."""
+
 K_MATMUL_RAGGED_PAGED_SCALE = Contract(
-    op="k_matmul_ragged_paged_scale",
+    op="k_matmul_ragged_paged_scale", summary=_summary("K"), rules=_KV_RULES
+)
+"""Rules of `mojo_gemm.k_matmul_ragged_paged_scale`."""
+
+V_MATMUL_RAGGED_PAGED_SCALE = Contract(
+    op="v_matmul_ragged_paged_scale", summary=_summary("V"), rules=_KV_RULES
+)
+"""Rules of `mojo_gemm.k_cache.v_matmul_ragged_paged_scale` (the K op's rules, V half)."""
+
+
+QUANTIZE_INPUT_DTYPES = (DType.bfloat16, DType.float16, DType.float32)
+"""Activation dtypes `quantize_fp8_rows` reads."""
+
+
+def _block_positive(a: Args) -> Violation:
+    b = a["block"]
+    ok = isinstance(b, int) and not isinstance(b, bool) and b > 0
+    return None if ok else ("a positive int", b)
+
+
+def _hidden_static(a: Args) -> Violation:
+    h = static(a["x"].shape[1])
+    return None if h is not None and h > 0 else ("a static hidden size > 0", a["x"].shape[1])
+
+
+QUANTIZE_FP8_ROWS = Contract(
+    op="quantize_fp8_rows",
     summary=(
-        "k[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·weight_scale[n//gn, k//gk] "
-        "(fp32), written in place into the K half of layer `layer_idx` of MAX's paged cache at "
-        "position cache_lengths[b] + t − offsets[b] of token t's sequence b; an fp8 cache "
-        "stores k / kv_scale. Runtime data is trusted, but a row whose page column is outside "
-        "the lookup table or whose page id is ≥ the cache's page count is skipped (never "
-        "written out of bounds); tokens outside [offsets[0], offsets[B]) are skipped too."
+        "data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]) with scales[kb, t] = "
+        "amax(|x[t, kb·block : (kb+1)·block]|) / 448 (1.0 for an all-zero block); the division "
+        "runs in float64 and rounds once to float32, then to e4m3 (nearest even, clamped to "
+        "±448), exactly like `quant.fp8.quantize_fp8_input(x, 1, block)` on the host (whose "
+        "scales are these, token-padded). data is e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits "
+        "on CPU), scales float32 [ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
+    ),
+    rules=(
+        Rule("x", "a TensorValue", _is_tensor("x"), TypeError),
+        Rule("x", "dtype bfloat16, float16 or float32", dtype_in("x", QUANTIZE_INPUT_DTYPES),
+             TypeError),
+        Rule("x", "rank 2 [T, H] (T may be symbolic)", _rank("x", 2)),
+        Rule("x", "H (dim 1) static and positive", _hidden_static),
+        Rule("block", "a positive int (columns per scale)", _block_positive),
+    ),
+)
+"""Rules of `mojo_gemm.fp8_quantize.quantize_fp8_rows`."""
+
+
+# ------------------------------------------------------------ the PagedKVProjection layer
+def _positive_int(name: str) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a[name]
+        ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
+        return None if ok else ("a positive int", v)
+
+    return check
+
+
+def _layer_in_range(a: Args) -> Violation:
+    v, layers = a["layer_idx"], a["kv_params"].num_layers
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < layers
+    return None if ok else (f"an int in [0, {layers})", v)
+
+
+def _dtype_member(name: str, allowed: tuple[DType, ...]) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a[name]
+        return None if v in allowed else (" or ".join(map(str, allowed)), v)
+
+    return check
+
+
+PAGED_KV_PROJECTION = Contract(
+    op="PagedKVProjection",
+    summary=(
+        "x [T, hidden_size] (`dtype`) is quantized per token and per `block` columns to e4m3 "
+        "(`quantize_fp8_rows`), then K and V = x_q · W_qᵀ with block-scaled e4m3 weights "
+        "(k_weight, v_weight [n_kv_heads · head_dim, hidden_size], scales per block × block) "
+        "are written into layer `layer_idx` of the paged cache by `k_matmul_ragged_paged_scale` "
+        "and `v_matmul_ragged_paged_scale` (scales_granularity_mnk = (1, block, block))."
     ),
     rules=(
         Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
@@ -258,104 +452,41 @@ K_MATMUL_RAGGED_PAGED_SCALE = Contract(
             "a plain K/V cache: kv_dim 2, no kvcache_quant_config, no per_layer_buffers",
             _kv_params_plain,
         ),
-        Rule(
-            "scales_granularity_mnk",
-            "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
-            "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
-            _granularity,
-        ),
-        *(Rule(n, "a TensorValue", _is_tensor(n), TypeError) for n in _TENSORS),
-        Rule(
-            "hidden_state",
-            "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
-            "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
-            _hidden_dtype,
-            TypeError,
-        ),
-        Rule(
-            "hidden_state",
-            "rank 2 [T, K] (T = total new tokens, may be symbolic)",
-            _rank("hidden_state", 2),
-        ),
-        Rule("hidden_state", "K (dim 1) static and positive", _k_static),
-        Rule(
-            "weight",
-            "dtype equals hidden_state's",
-            _dtype_like("weight", "hidden_state"),
-            TypeError,
-        ),
-        Rule(
-            "weight",
-            "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
-            _shape_eq("weight", lambda a: [_n(a), _k(a)]),
-        ),
-        Rule(
-            "input_row_offsets",
-            "dtype uint32",
-            _dtype_is("input_row_offsets", DType.uint32),
-            TypeError,
-        ),
-        Rule("input_row_offsets", "rank 1 [B + 1]", _rank("input_row_offsets", 1)),
-        Rule("input_scale", "dtype float32", _dtype_is("input_scale", DType.float32), TypeError),
-        Rule("input_scale", "rank 2", _rank("input_scale", 2)),
-        Rule(
-            "input_scale",
-            "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
-            "padded and symbolic)",
-            _input_scale_shape,
-        ),
-        Rule("weight_scale", "dtype float32", _dtype_is("weight_scale", DType.float32), TypeError),
-        Rule(
-            "weight_scale",
-            "shape [ceil(N/gn), ceil(K/gk)]",
-            _shape_eq("weight_scale", _weight_scale_shape),
-        ),
-        Rule(
-            "kv_collection.kv_blocks",
-            "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
-            _blocks_dtype,
-            TypeError,
-        ),
-        Rule("kv_collection.kv_blocks", "shape [pages, *kv_params.shape_per_block]", _blocks_shape),
-        Rule(
-            "kv_collection", "no cache scales or per-layer buffers (use kv_scale)", _no_cache_scales
-        ),
-        Rule(
-            "kv_collection.cache_lengths",
-            "uint32 [B] on hidden_state's device",
-            _coll_tensor("cache_lengths", DType.uint32, 1),
-        ),
-        Rule(
-            "kv_collection.lookup_table",
-            "uint32 [B, max_pages] on hidden_state's device",
-            _coll_tensor("lookup_table", DType.uint32, 2),
-        ),
-        *(
-            Rule(f"kv_collection.{f}", f"{d.name} [1] on CPU", _coll_tensor(f, d, [1]))
-            for f, d in (
-                ("page_stride", DType.int64),
-                ("max_prompt_length", DType.uint32),
-                ("max_cache_length", DType.uint32),
-            )
-        ),
-        Rule("layer_idx", "an int in [0, num_layers) or a uint32 scalar on CPU", _layer_idx),
-        Rule(
-            "kv_scale",
-            "None (scale 1), or for a float8_e4m3fn cache float32 [1] (per tensor) or "
-            "[n_kv_heads] (per head); the cache stores k / kv_scale",
-            _kv_scale,
-        ),
-        *(
-            Rule(n, "on hidden_state's device", _same_device(n))
-            for n in (
-                "input_row_offsets",
-                "weight",
-                "input_scale",
-                "weight_scale",
-                "kv_scale",
-                "kv_collection.kv_blocks",
-            )
-        ),
+        Rule("hidden_size", "a positive int", _positive_int("hidden_size")),
+        Rule("layer_idx", "an int in [0, num_layers)", _layer_in_range),
+        Rule("dtype", "bfloat16, float16 or float32 (the activations' dtype)",
+             _dtype_member("dtype", QUANTIZE_INPUT_DTYPES), TypeError),
+        Rule("block", "a positive int (scale block of activations and weights)",
+             _positive_int("block")),
     ),
 )
-"""Rules of `mojo_gemm.k_matmul_ragged_paged_scale`."""
+"""Construction rules of `mojo_gemm.kv_projection.PagedKVProjection`."""
+
+
+def _x_dtype(a: Args) -> Violation:
+    return None if a["x"].dtype == a["dtype"] else (f"{a['dtype']} (the layer's dtype)",
+                                                    a["x"].dtype)
+
+
+def _x_hidden(a: Args) -> Violation:
+    got = shape_of(a["x"])
+    return None if got[1] == a["hidden_size"] else (f"[T, {a['hidden_size']}]", got)
+
+
+def _x_device(a: Args) -> Violation:
+    dev = a["x"].device
+    return None if dev == a["device"] else (f"{a['device']} (the layer's device)", dev)
+
+
+PAGED_KV_PROJECTION_CALL = Contract(
+    op="PagedKVProjection",
+    summary="x must match the layer's dtype, hidden size and device; the rest is the ops' rules.",
+    rules=(
+        Rule("x", "a TensorValue", _is_tensor("x"), TypeError),
+        Rule("x", "the layer's dtype", _x_dtype, TypeError),
+        Rule("x", "rank 2 [T, hidden_size]", _rank("x", 2)),
+        Rule("x", "dim 1 equals the layer's hidden_size", _x_hidden),
+        Rule("x", "on the layer's device", _x_device),
+    ),
+)
+"""Call rules of `PagedKVProjection.__call__` (the ops check offsets and the cache)."""

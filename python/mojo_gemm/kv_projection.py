@@ -1,0 +1,143 @@
+"""`PagedKVProjection`: a `max.nn` layer writing FP8 K and V projections into MAX's paged cache.
+
+x bf16 [T, hidden] → `quantize_fp8_rows` (e4m3 per token per `block` columns, on the graph) →
+`k_matmul_ragged_paged_scale` (K half) and its V twin `v_matmul_ragged_paged_scale` (V half),
+both our Mojo ops with block-scaled e4m3 weights and fp32 accumulation. Nothing is returned:
+the cache is written in place. On CPU the e4m3 weights are uint8 bit patterns (MAX 26.7 CPU
+graphs cannot hold float8), on GPU float8_e4m3fn; `state_from_float` / `fp8_state` build the
+matching state dict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from max.driver import Buffer
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, Weight
+from max.nn import Module
+from max.nn.kv_cache import KVCacheParams, PagedCacheValues
+
+from .contracts.k_cache import FP8, PAGED_KV_PROJECTION, PAGED_KV_PROJECTION_CALL
+from .fp8_quantize import quantize_fp8_rows
+from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
+
+_CPU = DeviceRef.CPU()
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class PagedKVProjection(Module):
+    """FP8 K and V projections written into MAX's paged KV cache for one layer."""
+
+    def __init__(
+        self,
+        kv_params: KVCacheParams,
+        hidden_size: int,
+        layer_idx: int,
+        *,
+        dtype: DType = DType.bfloat16,
+        device: DeviceRef = _CPU,
+        block: int = 128,
+    ) -> None:
+        """kv_params: the cache (bfloat16 or float8_e4m3fn, plain K/V); hidden_size: columns
+        of x; layer_idx: the cache layer written; dtype: x's dtype (bfloat16, float16,
+        float32); device: where x and the weights live; block: the scale block (activations
+        per token x block columns, weights block x block).
+
+        Weights (load_state_dict names): k_weight, v_weight e4m3 [N, hidden_size] (uint8 bits
+        on CPU), N = n_kv_heads · head_dim; k_weight_scale, v_weight_scale float32
+        [ceil(N/block), ceil(hidden_size/block)]. Raises TypeError / ValueError naming the
+        argument (`contracts.k_cache.PAGED_KV_PROJECTION`).
+        """
+        super().__init__()
+        PAGED_KV_PROJECTION.validate(
+            {
+                "kv_params": kv_params,
+                "hidden_size": hidden_size,
+                "layer_idx": layer_idx,
+                "dtype": dtype,
+                "block": block,
+            }
+        )
+        self.kv_params, self.hidden_size, self.layer_idx = kv_params, hidden_size, layer_idx
+        self.dtype, self.device, self.block = dtype, device, block
+        self.n = kv_params.n_kv_heads_per_device * kv_params.head_dim
+        fp8 = fp8_dtype_for(device)
+        scale_shape = [_ceil(self.n, block), _ceil(hidden_size, block)]
+        self.k_weight = Weight("k_weight", fp8, [self.n, hidden_size], device)
+        self.k_weight_scale = Weight("k_weight_scale", DType.float32, scale_shape, device)
+        self.v_weight = Weight("v_weight", fp8, [self.n, hidden_size], device)
+        self.v_weight_scale = Weight("v_weight_scale", DType.float32, scale_shape, device)
+
+    def __call__(
+        self, x: TensorValue, input_row_offsets: TensorValue, kv_collection: PagedCacheValues
+    ) -> None:
+        """x: bf16 [T, hidden] -> quantized per token per 128 columns to e4m3, then K and V
+        (fp32 accumulate, block scales) written into the cache (bf16 cache: plain cast).
+
+        x has the layer's dtype and device ([T, hidden_size], T may be symbolic);
+        input_row_offsets uint32 [B + 1] and kv_collection (MAX's PagedCacheValues for
+        kv_params) as for `k_matmul_ragged_paged_scale`, whose rules they must satisfy. Token t
+        of sequence b lands at position cache_lengths[b] + t − offsets[b]; an fp8 cache stores
+        the e4m3 rounding of K and V (kv_scale 1).
+        """
+        PAGED_KV_PROJECTION_CALL.validate(
+            {"x": x, "dtype": self.dtype, "hidden_size": self.hidden_size, "device": self.device}
+        )
+        data, scales = quantize_fp8_rows(x, self.block)
+        gran = (1, self.block, self.block)
+        for project, weight, weight_scale in (
+            (k_matmul_ragged_paged_scale, self.k_weight, self.k_weight_scale),
+            (v_matmul_ragged_paged_scale, self.v_weight, self.v_weight_scale),
+        ):
+            project(
+                self.kv_params,
+                data,
+                input_row_offsets,
+                TensorValue(weight),
+                scales,
+                TensorValue(weight_scale),
+                kv_collection,
+                gran,
+                self.layer_idx,
+            )
+
+    def fp8_state(self, k: Fp8Blockwise, v: Fp8Blockwise) -> dict[str, Buffer]:
+        """The host buffers of this layer's weights (local names) from block-quantized K and V
+        weights (e.g. a DeepSeek-style checkpoint via `quantize_fp8_blockwise(w,
+        weight_scale_inv=...)`). Each must be [N, hidden_size] with block (block, block).
+        Raises ValueError naming the weight on a mismatch.
+        """
+        fp8_bits = fp8_dtype_for(self.device) != FP8
+        state: dict[str, Buffer] = {}
+        for name, w in (("k_weight", k), ("v_weight", v)):
+            want = ((self.n, self.hidden_size), (self.block, self.block))
+            got = (tuple(w.data.shape), tuple(w.block))
+            if got != want:
+                raise ValueError(
+                    f"PagedKVProjection: {name} (shape, block) must be {want} "
+                    f"(N = n_kv_heads · head_dim = {self.n}), got {got}"
+                )
+            bits = Buffer.from_numpy(np.ascontiguousarray(w.bits))
+            state[name] = bits if fp8_bits else bits.view(FP8)
+            state[f"{name}_scale"] = Buffer.from_numpy(np.ascontiguousarray(w.scales))
+        return state
+
+    def state_from_float(self, k_weight: np.ndarray, v_weight: np.ndarray) -> dict[str, Buffer]:
+        """`fp8_state` of float K and V weights [N, hidden_size] quantized blockwise
+        (`quantize_fp8_blockwise`, block x block), e.g. deterministic random weights:
+        `layer.load_state_dict(layer.state_from_float(wk, wv))`. Raises ValueError naming the
+        weight when its shape is not [N, hidden_size]."""
+        for name, w in (("k_weight", k_weight), ("v_weight", v_weight)):
+            if np.shape(w) != (self.n, self.hidden_size):
+                raise ValueError(
+                    f"PagedKVProjection: {name} must have shape [N, hidden_size] = "
+                    f"{[self.n, self.hidden_size]} (N = n_kv_heads · head_dim), "
+                    f"got {list(np.shape(w))}"
+                )
+        blk = (self.block, self.block)
+        return self.fp8_state(quantize_fp8_blockwise(k_weight, blk),
+                              quantize_fp8_blockwise(v_weight, blk))

@@ -1,0 +1,133 @@
+"""`quantize_fp8_rows` through a MAX graph vs the host quantizer and float64.
+
+One graph per device holds three op instances (bf16 H = 200 with a partial last block, fp16
+H = 256 with block 64, fp32 H = 96 smaller than one block) with a symbolic T, so the Mojo op
+compiles once per device. Each batch checks that data and scales are bit-identical to
+`quantize_fp8_input(x, 1, block)` (zero rows and zero blocks included: scale 1.0) and that the
+dequantized values are within e4m3's rounding bound of x in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import ml_dtypes
+import numpy as np
+import pytest
+from max.driver import CPU, Accelerator, Device
+from max.dtype import DType
+from max.engine import InferenceSession, Model
+from max.graph import DeviceRef, Graph, TensorType
+
+from mojo_gemm._host import numpy_dtype, to_buffer
+from mojo_gemm.fp8_quantize import quantize_fp8_rows
+from mojo_gemm.quant.fp8 import E4M3, quantize_fp8_input
+
+
+@dataclass(frozen=True)
+class Case:
+    dtype: DType
+    hidden: int
+    block: int
+
+
+CASES = (
+    Case(DType.bfloat16, 200, 128),
+    Case(DType.float16, 256, 64),
+    Case(DType.float32, 96, 128),
+)
+TOKENS = (1, 7, 130)
+E4M3_MIN_NORMAL = 2.0**-6
+E4M3_SUBNORMAL_STEP = 2.0**-9
+
+
+@cache
+def compiled(device_kind: str) -> tuple[Model, Device]:
+    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
+    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
+    types = [TensorType(c.dtype, ["T", c.hidden], dref) for c in CASES]
+    with Graph(f"quantize_fp8_rows_{device_kind}", input_types=types) as g:
+        outs = []
+        for c, x in zip(CASES, g.inputs, strict=True):
+            outs += quantize_fp8_rows(x.tensor, c.block)
+        g.output(*outs)
+    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
+    return session.load(g), dev
+
+
+def make_x(case: Case, tokens: int, rng: np.random.Generator) -> np.ndarray:
+    """Random rows of widely varying magnitude in the case's dtype (as float64), with one
+    all-zero row and one all-zero block (the zero-amax case) when there is room."""
+    x = rng.standard_normal((tokens, case.hidden)) * 10.0 ** rng.uniform(-3, 2, (tokens, 1))
+    if tokens > 2:
+        x[1] = 0.0
+        x[2, : min(case.block, case.hidden)] = 0.0
+    return x.astype(numpy_dtype(case.dtype)).astype(np.float64)
+
+
+def run(device_kind: str, tokens: int, seed: int) -> None:
+    model, dev = compiled(device_kind)
+    rng = np.random.default_rng(seed)
+    xs = [make_x(c, tokens, rng) for c in CASES]
+    outs = model.execute(*(to_buffer(x, c.dtype).to(dev) for c, x in zip(CASES, xs, strict=True)))
+    for i, (c, x) in enumerate(zip(CASES, xs, strict=True)):
+        data = outs[2 * i].to(CPU())
+        if data.dtype != DType.uint8:
+            data = data.view(DType.uint8)
+        bits = data.to_numpy()
+        scales = outs[2 * i + 1].to(CPU()).to_numpy()
+        want_q, want_s = quantize_fp8_input(x, 1, c.block)
+        assert scales.shape == (-(-c.hidden // c.block), tokens)
+        np.testing.assert_array_equal(scales, want_s[:, :tokens], err_msg=f"{c}: scales")
+        mismatch = int((bits != want_q.view(np.uint8)).sum())
+        assert mismatch == 0, f"{c}: {mismatch} e4m3 values differ from the host quantizer"
+        # float64: |q·s − x| <= half an e4m3 step (2^-4 relative, or the subnormal step)
+        s_full = np.repeat(scales.T.astype(np.float64), c.block, axis=1)[:, : c.hidden]
+        deq = bits.view(E4M3).astype(np.float64) * s_full
+        bound = np.maximum(2.0**-4 * np.abs(x), 0.5 * E4M3_SUBNORMAL_STEP * s_full) * (1 + 1e-9)
+        assert (np.abs(deq - x) <= bound).all(), f"{c}: dequantized values off by > half a step"
+        if tokens > 2:
+            assert (scales[:, 1] == 1.0).all() and (bits[1] == 0).all(), f"{c}: zero row"
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_quantize_fp8_rows_cpu(tokens: int) -> None:
+    run("cpu", tokens, seed=tokens)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_quantize_fp8_rows_gpu(tokens: int) -> None:
+    run("gpu", tokens, seed=tokens)
+
+
+def test_empty_batch_cpu() -> None:
+    """T = 0 runs and returns empty outputs."""
+    model, _ = compiled("cpu")
+    outs = model.execute(*(to_buffer(np.zeros((0, c.hidden)), c.dtype) for c in CASES))
+    for i, c in enumerate(CASES):
+        assert outs[2 * i].to_numpy().shape == (0, c.hidden)
+        assert outs[2 * i + 1].to_numpy().shape == (-(-c.hidden // c.block), 0)
+
+
+BAD = [
+    ("dtype", TensorType(DType.int32, ["T", 128], DeviceRef.CPU()), 128, TypeError,
+     "'x'.*bfloat16, float16 or float32"),
+    ("rank", TensorType(DType.bfloat16, [128], DeviceRef.CPU()), 128, ValueError, "'x'.*rank 2"),
+    ("symbolic hidden", TensorType(DType.bfloat16, ["T", "h"], DeviceRef.CPU()), 128, ValueError,
+     "'x'.*static"),
+    ("block", TensorType(DType.bfloat16, ["T", 128], DeviceRef.CPU()), 0, ValueError,
+     "'block'.*positive"),
+]
+
+
+@pytest.mark.parametrize(("case", "t", "block", "error", "match"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_raises(case: str, t: TensorType, block: int, error: type, match: str) -> None:
+    with Graph("quantize_contract", input_types=[t]) as g, pytest.raises(error, match=match):
+        quantize_fp8_rows(g.inputs[0].tensor, block)
+
+
+def test_not_a_tensor_raises() -> None:
+    with pytest.raises(TypeError, match=r"'x'.*TensorValue"):
+        quantize_fp8_rows(np.zeros((2, 128), ml_dtypes.bfloat16), 128)  # type: ignore[arg-type]
