@@ -1,18 +1,22 @@
-"""`k_matmul_ragged_paged_scale` through a MAX graph vs a float64 reference, written into MAX's
-own paged KV cache.
+"""`k_matmul_ragged_paged_scale` and its V twin `v_matmul_ragged_paged_scale` through a MAX
+graph vs a float64 reference, written into MAX's own paged KV cache.
 
-One graph per device holds four op instances (granularities (1,128,128), (2,64,32), (3,16,96),
-(128,128,128); a bf16 cache with a padded page_stride and an fp8 cache (uint8 bits on CPU) with
-per-head and per-tensor kv_scale; layer_idx as an int and as a uint32 scalar), with symbolic T
-and B, so the Mojo op compiles once per device and every batch below runs through the same
-compiled model (on GPU the batches reach the mma.sync, wgmma (T > 128) and SIMT kernels). Each
-run poisons the whole cache arena (padding between pages included) and checks that exactly the
-target slots changed, and that they hold k within rel. Frobenius error 2e-2 of the float64
-product of the dequantized operands (for the fp8 cache: of its e4m3 rounding of k / kv_scale).
+One graph per device holds four K op instances (granularities (1,128,128), (2,64,32),
+(3,16,96), (128,128,128); a bf16 cache with a padded page_stride and an fp8 cache (uint8 bits
+on CPU) with per-head and per-tensor kv_scale; layer_idx as an int and as a uint32 scalar) and
+two V op instances (V half of a layer whose K half a K op writes; (1,128,128) on bf16, and
+(1,128,64) on fp8 with per-head kv_scale), with symbolic T and B, so the Mojo ops compile once
+per device and every batch below runs through the same compiled model (on GPU the batches
+reach the mma.sync, wgmma (T > 128) and SIMT kernels). Each run poisons the whole cache arena
+(padding between pages included) and checks that exactly the target slots changed (each op
+its own half of its own layer), and that they hold k (or v) within rel. Frobenius error 2e-2
+of the float64 product of the dequantized operands (for the fp8 cache: of its e4m3 rounding of
+k / kv_scale).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -26,7 +30,11 @@ from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
 
-from mojo_gemm.k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale
+from mojo_gemm.k_cache import (
+    fp8_dtype_for,
+    k_matmul_ragged_paged_scale,
+    v_matmul_ragged_paged_scale,
+)
 from mojo_gemm.quant.fp8 import (
     E4M3,
     fp8_buffer,
@@ -78,6 +86,7 @@ class OpSpec:
     k: int
     gran: tuple[int, int, int]
     kv_scale: str | None = None  # None | "tensor" | "head"
+    half: int = 0  # 0: K (k_matmul_ragged_paged_scale), 1: V (v_matmul_ragged_paged_scale)
 
 
 CACHES = (
@@ -89,6 +98,9 @@ OPS = (
     OpSpec("bf16_g2x64x32_kpad", "bf16", layer=2, k=200, gran=(2, 64, 32)),
     OpSpec("fp8_per_head_g3x16x96", "fp8", layer=1, k=160, gran=(3, 16, 96), kv_scale="head"),
     OpSpec("fp8_per_tensor_g128", "fp8", layer=0, k=384, gran=(128, 128, 128), kv_scale="tensor"),
+    OpSpec("v_bf16_g1x128x128", "bf16", layer=0, k=256, gran=(1, 128, 128), half=1),
+    OpSpec("v_fp8_per_head_g1x128x64", "fp8", layer=1, k=192, gran=(1, 128, 64), kv_scale="head",
+           half=1),
 )
 CACHE_BY_NAME = {c.name: c for c in CACHES}
 
@@ -147,7 +159,8 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
             c = CACHE_BY_NAME[op.cache]
             hidden, weight, in_s, w_s = (next(it).tensor for _ in range(4))
             kv_scale = next(it).tensor if op.kv_scale is not None else None
-            k_matmul_ragged_paged_scale(
+            project = v_matmul_ragged_paged_scale if op.half else k_matmul_ragged_paged_scale
+            project(
                 c.params(dref),
                 hidden,
                 offsets,
@@ -277,7 +290,9 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
                 np.array([int((cache_lengths + np.array(batch.lengths)).max())], np.uint32)
             ),
         ]
-    expected: dict[str, list[tuple[np.ndarray, np.ndarray, int]]] = {c.name: [] for c in CACHES}
+    expected: dict[str, list[tuple[np.ndarray, np.ndarray, int, int]]] = {
+        c.name: [] for c in CACHES
+    }
     for op in OPS:
         c = CACHE_BY_NAME[op.cache]
         gm, gn, gk = op.gran
@@ -298,7 +313,7 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
             # the cache itself rounds to e4m3: the reference is that rounding of k / kv_scale
             s_col = np.repeat(scale, c.head_dim)
             ref = to_e4m3(ref / s_col).astype(np.float64) * s_col
-        expected[c.name].append((ref, scale, op.layer))
+        expected[c.name].append((ref, scale, op.layer, op.half))
     model.execute(*inputs)
 
     for c in CACHES:
@@ -308,7 +323,7 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
         changed = got != arena
         want_mask = np.zeros_like(changed)
         errs = []
-        for ref, scale, layer in expected[c.name]:
+        for ref, scale, layer, half in expected[c.name]:
             vals, refs = [], []
             for b, n_tok in enumerate(batch.lengths):
                 for i in range(n_tok):
@@ -317,7 +332,8 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
                     if col >= lut.shape[1] or lut[b, col] >= c.pages:
                         continue  # the op must skip it
                     page = int(lut[b, col])
-                    base = page * (page_elems + c.pad_elems) + (layer * PAGE + pos % PAGE) * c.n
+                    slot = (half * c.layers + layer) * PAGE + pos % PAGE  # [2, L, PAGE] of a page
+                    base = page * (page_elems + c.pad_elems) + slot * c.n
                     want_mask[base : base + c.n] = True
                     row = decode_storage(got[base : base + c.n], c.dtype)
                     vals.append(row * np.repeat(scale, c.head_dim))
@@ -373,7 +389,9 @@ def _valid_types(**over: object) -> dict[str, object]:
     return base
 
 
-def _build_call(s: dict[str, object]) -> None:
+def _build_call(
+    s: dict[str, object], project: Callable[..., None] = k_matmul_ragged_paged_scale
+) -> None:
     names = [k for k, v in s.items() if isinstance(v, (TensorType, BufferType))]
     with Graph("k_cache_contract", input_types=[s[k] for k in names]):
         g = Graph.current
@@ -389,7 +407,7 @@ def _build_call(s: dict[str, object]) -> None:
             max_cache_length=v["max_cache_length"],
             page_stride=v["page_stride"],
         )
-        k_matmul_ragged_paged_scale(
+        project(
             s["kv_params"],
             v["hidden_state"],
             v["input_row_offsets"],
@@ -569,3 +587,14 @@ def test_valid_call_builds() -> None:
 def test_bad_input_raises(case: str, s: dict[str, object], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         _build_call(s)
+
+
+@pytest.mark.parametrize(("case", "s", "error", "match"), BAD[:8], ids=[b[0] for b in BAD[:8]])
+def test_v_twin_bad_input_raises(case: str, s: dict[str, object], error: type, match: str) -> None:
+    """The V twin checks the same contract and names its own op."""
+    with pytest.raises(error, match="v_matmul_ragged_paged_scale: argument " + match):
+        _build_call(s, v_matmul_ragged_paged_scale)
+
+
+def test_v_twin_valid_call_builds() -> None:
+    _build_call(_valid_types(layer_idx=1), v_matmul_ragged_paged_scale)
