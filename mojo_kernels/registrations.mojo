@@ -6,6 +6,7 @@ from max.gpu.host import DeviceContext
 
 from .common.checks import row_major_shape
 from .int4_gemm.launcher import launch_int4_gemm
+from .int4_gemm.plan import write_int4_gpu_plan
 
 
 @extensibility.register("multistage_gemm_q")
@@ -42,6 +43,27 @@ struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
             row_major_shape(zeros.shape(), zeros.strides(), "zeros"),
             row_major_shape(bias.shape(), bias.strides(), "bias")[0],
             ctx,
+        )
+
+
+@extensibility.register("multistage_gemm_q_plan")
+struct MultistageGemmQPlan[group_size: Int, has_zeros: Bool]:
+    """The H200 launch plan `multistage_gemm_q` picks for (M, N, Kp), as text (diagnostics).
+
+    Shapes: plan uint8 [C] (NUL-padded ASCII, C >= 128); sizes int64 [3] = (M, N, Kp), on the
+    CPU. Runs on any target: the plan is host arithmetic (int4_gemm/plan.mojo).
+    """
+
+    @staticmethod
+    def execute[target: StaticString](
+        plan: OutputTensor[dtype=DType.uint8, rank=1, ...],
+        sizes: InputTensor[dtype=DType.int64, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        var s = sizes.unsafe_ptr()
+        write_int4_gpu_plan(
+            plan.unsafe_ptr().as_unsafe_any_origin(), plan.shape()[0], Int(s[0]), Int(s[1]), Int(s[2]),
+            Self.group_size, Self.has_zeros,
         )
 
 
