@@ -153,6 +153,63 @@ def compile_k_cache() -> None:
     InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
 
 
+def compile_kv_projection() -> None:
+    """Compiles one graph with two PagedKVProjection layers: `quantize_fp8_rows` (bf16 and fp16
+    activations) feeding `k_matmul_ragged_paged_scale` and its V twin
+    `v_matmul_ragged_paged_scale` (granularity (1, 128, 128): wgmma and mma.sync kernels) into a
+    bf16 and an fp8 cache; symbolic T and B.
+    """
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import BufferType, DeviceRef, TensorType
+    from max.nn import LayerList, Module
+    from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
+
+    from mojo_gemm.kv_projection import PagedKVProjection
+
+    gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
+    # (cache dtype, activation dtype, hidden)
+    configs = [(DType.bfloat16, DType.bfloat16, 7168), (DType.float8_e4m3fn, DType.float16, 2048)]
+    params = [MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2, page_size=128,
+                               devices=[gpu]) for dt, _, _ in configs]
+
+    class Layers(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = LayerList([
+                PagedKVProjection(p, hidden, 1, dtype=xdt, device=gpu)
+                for (_, xdt, hidden), p in zip(configs, params, strict=True)
+            ])
+
+        def __call__(self, offsets, *rest):  # type: ignore[no-untyped-def]
+            it = iter(rest)
+            for layer in self.layers:
+                x, blocks, stride, lens, lut, mp, mc = (next(it) for _ in range(7))
+                coll = PagedCacheValues(
+                    kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+                    max_prompt_length=mp.tensor, max_cache_length=mc.tensor,
+                    page_stride=stride.tensor,
+                )
+                layer(x.tensor, offsets.tensor, coll)
+
+    types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["B1"], gpu)]
+    for i, ((_, xdt, hidden), p) in enumerate(zip(configs, params, strict=True)):
+        types += [
+            TensorType(xdt, ["T", hidden], gpu),
+            BufferType(p.dtype, [f"pages{i}", *p.shape_per_block], gpu),
+            TensorType(DType.int64, [1], cpu),
+            TensorType(DType.uint32, ["B"], gpu),
+            TensorType(DType.uint32, ["B", f"cols{i}"], gpu),
+            TensorType(DType.uint32, [1], cpu),
+            TensorType(DType.uint32, [1], cpu),
+        ]
+    layers = Layers()
+    registry = layers.state_dict()  # zero weights; also gives every weight its unique FQN name
+    session = InferenceSession(devices=[CPU(), Accelerator()])
+    layers.compile(*types, session=session, weights=registry)
+
+
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -165,6 +222,8 @@ def main() -> None:
         ("multistage_gemm_q", compile_int4),
         ("grouped_matmul_sm100_persistent", compile_grouped),
         ("k_matmul_ragged_paged_scale", compile_k_cache),
+        ("quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection)",
+         compile_kv_projection),
     ):
         t0 = time.perf_counter()
         build()
