@@ -1,27 +1,32 @@
-# Standalone GPU check + timing of k_matmul_ragged_paged_scale (no MAX graph): the op's
-# execute["gpu"] on device buffers vs its execute["cpu"] on host copies (the CPU path is checked
-# against float64 by tests/test_k_cache.py), both writing a poisoned paged cache; then
-# "one-sided" counts elements only one of them wrote (must be 0). Covers the wgmma (both tile
-# configs), mma.sync split-K and SIMT kernels, bf16/fp8 caches, padded page_stride, bad LUT
-# entries, T = 0; then times decode and prefill (N = 1024, K = 7168) with a host loop and with
-# device events. From the repository root:
+# Standalone GPU check + timing of k_matmul_ragged_paged_scale, its V twin and quantize_fp8_rows
+# (no MAX graph): each op's GPU path on device buffers vs its CPU path on host copies (the CPU
+# paths are checked against float64 by tests/test_k_cache.py and tests/test_fp8_quantize_op.py).
+# The K/V ops write a poisoned paged cache; "one-sided" counts elements only one of them wrote
+# (must be 0). Covers the wgmma (both tile configs), mma.sync split-K and SIMT kernels, K and V
+# halves, bf16/fp8 caches, padded page_stride, bad LUT entries, T = 0; the quantizer must match
+# the CPU bit for bit. Then times decode and prefill (N = 1024, K = 7168) with a host loop and
+# with device events. From the repository root:
 #   mojo build -I . --target-accelerator sm_90a k_cache_gpu_harness.mojo -o h && ./h
-from extensibility import InputTensor, _MutableInputTensor, StaticTensorSpec
+from extensibility import InputTensor, OutputTensor, _MutableInputTensor, StaticTensorSpec
 from extensibility.managed_tensor_slice import get_row_major_tensor_spec_static
 from max.gpu.host import DeviceContext
 from std.memory import bitcast
+from std.sys import size_of
 from std.memory.alloc import unsafe_alloc
 from std.time import perf_counter_ns
 from std.utils.index import IndexList
 from std.math import ceildiv
 
-from mojo_kernels.registrations import KMatmulRaggedPagedScale
+from mojo_kernels.k_cache_matmul.entry import kv_matmul_ragged_paged_scale
+from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF
+from mojo_kernels.fp8_quant.launcher import quantize_fp8_rows
 
 comptime U8 = DType.uint8
 comptime FP8 = DType.float8_e4m3fn
 comptime F32 = DType.float32
 comptime In2[dt: DType] = InputTensor[static_spec=StaticTensorSpec[dt, 2, ...].get_unknown()]
 comptime In1[dt: DType] = InputTensor[static_spec=StaticTensorSpec[dt, 1, ...].get_unknown()]
+comptime Out2[dt: DType] = OutputTensor[static_spec=StaticTensorSpec[dt, 2, ...].get_unknown()]
 
 
 struct Rng:
@@ -37,7 +42,8 @@ struct Rng:
 
 
 def run_case[
-    cache_dtype: DType, H: Int, D: Int, L: Int, PAGE: Int, PAGES: Int, gm: Int, gn: Int, gk: Int
+    cache_dtype: DType, H: Int, D: Int, L: Int, PAGE: Int, PAGES: Int, gm: Int, gn: Int, gk: Int,
+    half: Int = K_HALF,
 ](
     ctx: DeviceContext, name: String, K: Int, lengths: List[Int], cache_lens: List[Int],
     pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False,
@@ -130,14 +136,13 @@ def run_case[
     ctx.enqueue_copy(d_arena, h_arena)
     ctx.synchronize()
 
-    comptime Op = KMatmulRaggedPagedScale[gm, gn, gk]
     var nkv = H if per_head_scale else 1
 
     @always_inline
     def run_gpu() raises {var d_x, var d_w, var d_as, var d_ws, var d_kvs, var d_off, var d_cl, var d_lut,
                           var d_arena, var h_ps, var h_mp, var h_mc, var T, var K, var kb, var ts, var B,
                           var lut_cols, var nkv, var layer, var ctx}:
-        Op.execute["gpu"](
+        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu"](
             In2[FP8](d_x.unsafe_ptr(), IndexList[2](T, K)),
             In1[DType.uint32](d_off.unsafe_ptr(), IndexList[1](B + 1)),
             In2[FP8](d_w.unsafe_ptr(), IndexList[2](N, K)),
@@ -154,7 +159,7 @@ def run_case[
 
     run_gpu()
     ctx.synchronize()
-    print("==", name, ": T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
+    print("==", name, ": half", "K" if half == K_HALF else "V", " T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
           " cache", cache_dtype, " pad", pad)
 
     if check:
@@ -162,7 +167,7 @@ def run_case[
         ctx.enqueue_copy(g_arena, d_arena)
         ctx.synchronize()
         var host = DeviceContext(api="cpu")
-        Op.execute["cpu"](
+        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "cpu"](
             In2[FP8](h_x, IndexList[2](T, K)),
             In1[DType.uint32](h_off, IndexList[1](B + 1)),
             In2[FP8](h_w, IndexList[2](N, K)),
@@ -232,6 +237,63 @@ def bits[dt: DType](x: Scalar[dt]) -> Int:
         return Int(bitcast[DType.uint8, 1](x))
 
 
+def quant_case[in_dtype: DType, block: Int](ctx: DeviceContext, T: Int, H: Int, iters: Int) raises:
+    """quantize_fp8_rows on the GPU vs the CPU: data bits and scales must be identical."""
+    var nkb = ceildiv(H, block)
+    var rng = Rng(UInt64(T * 31 + H))
+    var h_x = unsafe_alloc[Scalar[in_dtype]](max(T * H, 1))
+    for i in range(T * H):
+        # magnitudes over 5 decades, a zero row (t == 1) and zero blocks (the amax == 0 case)
+        var mag = Float32(1e-3)
+        for _ in range((i // H) % 6):
+            mag *= 10.0
+        var v = rng.next() * mag
+        if i // H == 1 or (i % H) // block == 2:
+            v = 0.0
+        h_x[unsafe_offset=i] = v.cast[in_dtype]()
+    var c_q = unsafe_alloc[Scalar[U8]](max(T * H, 1))
+    var c_s = unsafe_alloc[Float32](max(nkb * T, 1))
+    var g_q = unsafe_alloc[Scalar[U8]](max(T * H, 1))
+    var g_s = unsafe_alloc[Float32](max(nkb * T, 1))
+    var d_x = ctx.enqueue_create_buffer[in_dtype](max(T * H, 1))
+    var d_q = ctx.enqueue_create_buffer[U8](max(T * H, 1))
+    var d_s = ctx.enqueue_create_buffer[F32](max(nkb * T, 1))
+    ctx.enqueue_copy(d_x, h_x)
+    ctx.synchronize()
+
+    @always_inline
+    def run_gpu() raises {var d_x, var d_q, var d_s, var T, var H, var nkb, var ctx}:
+        quantize_fp8_rows[block, "gpu"](
+            Out2[FP8](d_q.unsafe_ptr().unsafe_bitcast[Scalar[FP8]](), IndexList[2](T, H)),
+            Out2[F32](d_s.unsafe_ptr(), IndexList[2](nkb, T)),
+            In2[in_dtype](d_x.unsafe_ptr(), IndexList[2](T, H)), ctx)
+
+    run_gpu()
+    ctx.enqueue_copy(g_q, d_q)
+    ctx.enqueue_copy(g_s, d_s)
+    ctx.synchronize()
+    quantize_fp8_rows[block, "cpu"](
+        Out2[U8](c_q, IndexList[2](T, H)), Out2[F32](c_s, IndexList[2](nkb, T)),
+        In2[in_dtype](h_x, IndexList[2](T, H)), DeviceContext(api="cpu"))
+    var bad_q = 0
+    var bad_s = 0
+    for i in range(T * H):
+        if c_q[unsafe_offset=i] != g_q[unsafe_offset=i]:
+            bad_q += 1
+    for i in range(nkb * T):
+        if c_s[unsafe_offset=i] != g_s[unsafe_offset=i]:
+            bad_s += 1
+    print("== quantize_fp8_rows", in_dtype, "block", block, ": T =", T, " H =", H, "  differing data",
+          bad_q, " differing scales", bad_s, "PASS" if bad_q == 0 and bad_s == 0 else "FAIL")
+    if iters > 0:
+        for _ in range(3):
+            run_gpu()
+        ctx.synchronize()
+        var ev = Float64(ctx.execution_time(run_gpu, iters)) / 1e9 / Float64(iters)
+        print("   time/call", ev * 1e6, "us (device events)  ", Float64(T * H * (size_of[in_dtype]() + 1)) / ev / 1e9,
+              "GB/s")
+
+
 def rep(n: Int, v: Int) -> List[Int]:
     var l = List[Int]()
     for _ in range(n):
@@ -263,6 +325,18 @@ def main() raises:
         ctx, "bad lut (mma)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
         ctx, "empty", 256, [0, 0], [4, 0], 0, False, True, 0)
+    # the V twin: same kernels, V half
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
+        ctx, "V decode (mma)", 7168, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 1000], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
+        ctx, "V fp8 per-head (wgmma)", 2048, [100, 1, 199], [0, 3, 250], 512, True, True, 0)
+    run_case[DType.bfloat16, 2, 64, 2, 128, 16, 2, 64, 32, V_HALF](
+        ctx, "V simt gran 2x64x32", 200, [5, 0, 12], [3, 0, 120], 0, False, True, 0)
+    # the activation quantizer: bit-identical to the CPU path
+    quant_case[DType.bfloat16, 128](ctx, 37, 7168, 0)
+    quant_case[DType.float16, 64](ctx, 5, 200, 0)
+    quant_case[DType.float32, 128](ctx, 3, 96, 0)
+    quant_case[DType.bfloat16, 128](ctx, 0, 256, 0)
     # timing only (N = 1024, K = 7168)
     run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
         ctx, "decode T=1", 7168, rep(1, 1), rep(1, 100), 0, False, False, 500)
@@ -280,3 +354,5 @@ def main() raises:
         ctx, "prefill T=1024", 7168, rep(1, 1024), rep(1, 0), 0, False, False, 50)
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
         ctx, "prefill T=4096", 7168, rep(4, 1024), rep(4, 0), 0, False, False, 20)
+    quant_case[DType.bfloat16, 128](ctx, 1, 7168, 500)
+    quant_case[DType.bfloat16, 128](ctx, 4096, 7168, 50)
