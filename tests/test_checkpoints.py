@@ -15,11 +15,12 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from max.driver import CPU
+from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
-from max.graph import DeviceRef, TensorType, TensorValue
+from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue
 from max.nn import LayerList, Module
+from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from safetensors.numpy import save_file
 
 from checkpoint_fixtures import make_awq, make_gptq
@@ -35,6 +36,8 @@ from mojo_gemm.checkpoints import (
     kv_projection_state,
     read_int4,
 )
+from mojo_gemm.kv_projection import PagedKVProjection
+from mojo_gemm.quant.fp8 import quantize_fp8_input
 
 F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -177,7 +180,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     dense = {}
     for proj in ("k_proj", "v_proj"):
         prefix = f"model.layers.1.self_attn.{proj}"
-        w = (rng.standard_normal((136, 200)) * 0.05).astype(BF16)
+        w = (rng.standard_normal((128, 200)) * 0.05).astype(BF16)
         part0[f"{prefix}.weight"] = w
         dense[prefix] = w.astype(np.float64)
     tensors, experts = expert_tensors(rng, seed=900)
@@ -248,6 +251,14 @@ def test_int4_linears_cpu(files: Files) -> None:
 # FP8 K/V projection weights
 
 
+def kv_layer(heads: int, hidden: int, device: DeviceRef | None = None) -> PagedKVProjection:
+    """A PagedKVProjection (layer 1 of a 2-layer bf16 cache, head_dim 64) for `hidden`."""
+    device = device if device is not None else DeviceRef.CPU()
+    params = MHAKVCacheParams(dtype=DType.bfloat16, n_kv_heads=heads, head_dim=64,
+                              num_layers=2, page_size=PAGE, devices=[device])
+    return PagedKVProjection(params, hidden, 1, device=device)
+
+
 def decode_fp8_state(state: dict, name: str) -> np.ndarray:
     """float64 W from a kv_projection_state's CPU uint8 bits and block scales."""
     bits = to_numpy(state[f"{name}_weight"])
@@ -259,8 +270,8 @@ def test_kv_projection_state_fp8_is_exact(files: Files) -> None:
     """DeepSeek FP8 tensors pass through unchanged (bits and scales)."""
     ckpt = Checkpoint(files.paths)
     state = kv_projection_state(ckpt, "model.layers.0.self_attn.k_proj",
-                                "model.layers.0.self_attn.v_proj", device=DeviceRef.CPU(),
-                                hidden=320, state_prefix="kv.")
+                                "model.layers.0.self_attn.v_proj", kv_layer(3, 320),
+                                state_prefix="kv.")
     assert sorted(state) == ["kv.k_weight", "kv.k_weight_scale", "kv.v_weight",
                              "kv.v_weight_scale"]
     for name, proj in (("kv.k", "k_proj"), ("kv.v", "v_proj")):
@@ -275,11 +286,11 @@ def test_kv_projection_state_dense_is_quantized(files: Files) -> None:
     within half an e4m3 step (2^-4 relative; 2^-10 · scale in the subnormal range)."""
     ckpt = Checkpoint(files.paths)
     state = kv_projection_state(ckpt, "model.layers.1.self_attn.k_proj",
-                                "model.layers.1.self_attn.v_proj", device=DeviceRef.CPU())
+                                "model.layers.1.self_attn.v_proj", kv_layer(2, 200))
     for name, proj in (("k", "k_proj"), ("v", "v_proj")):
         ref = files.dense[f"model.layers.1.self_attn.{proj}"]
         scales = to_numpy(state[f"{name}_weight_scale"]).astype(np.float64)
-        assert scales.shape == (2, 2)
+        assert scales.shape == (1, 2)
         got = decode_fp8_state(state, name)
         step = np.abs(ref) * 2.0**-4 + fp8_ref(np.ones(ref.shape, F8), scales) * 2.0**-10
         assert np.all(np.abs(got - ref) <= step * (1 + 1e-6)), proj
@@ -290,9 +301,70 @@ def test_kv_projection_state_gpu_dtype(files: Files) -> None:
     """For a GPU layer the host buffers hold float8_e4m3fn (no device needed to build them)."""
     ckpt = Checkpoint(files.paths)
     state = kv_projection_state(ckpt, "model.layers.0.self_attn.k_proj",
-                                "model.layers.0.self_attn.v_proj", device=DeviceRef.GPU())
+                                "model.layers.0.self_attn.v_proj",
+                                kv_layer(3, 320, DeviceRef.GPU()))
     assert state["k_weight"].dtype == DType.float8_e4m3fn
     assert state["k_weight_scale"].dtype == DType.float32
+
+
+PAGE, PAGES = 16, 9
+
+
+def test_kv_projection_layer_cpu(files: Files) -> None:
+    """The FP8 checkpoint loaded into PagedKVProjection; K and V land in the paged cache as
+    x_q · Wᵀ with W = weight · weight_scale_inv (x_q: the layer's per-token e4m3 rounding of
+    x, `quantize_fp8_input`, which its in-graph quantizer matches); nothing else changes."""
+    ckpt = Checkpoint(files.paths)
+    layer = kv_layer(3, 320)
+    layer.load_state_dict(kv_projection_state(ckpt, "model.layers.0.self_attn.k_proj",
+                                              "model.layers.0.self_attn.v_proj", layer))
+    cpu = DeviceRef.CPU()
+    shape = layer.kv_params.shape_per_block
+    types = [TensorType(DType.uint32, ["b1"], cpu), TensorType(DType.bfloat16, ["t", 320], cpu),
+             BufferType(DType.bfloat16, ["pages", *shape], cpu),
+             TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["b"], cpu),
+             TensorType(DType.uint32, ["b", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
+             TensorType(DType.uint32, [1], cpu)]
+    with Graph("kv_from_checkpoint", input_types=types) as g:
+        offsets, x, blocks, stride, lens, lut, mp, mc = g.inputs
+        layer(x.tensor, offsets.tensor, PagedCacheValues(
+            kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+            max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor))
+        g.output()
+    model = InferenceSession(devices=[CPU()]).load(g, weights_registry=layer.state_dict())
+    rng = np.random.default_rng(9)
+    lengths, cached = [5, 21], [3, 10]
+    tokens = sum(lengths)
+    x = (rng.standard_normal((tokens, 320)) * 2).astype(BF16)
+    lut = rng.permutation(PAGES).reshape(3, 3)[:2].astype(np.uint32)
+    arena = rng.integers(0, 0x3F00, size=(PAGES, *shape), dtype=np.uint16)  # finite bf16 bits
+    cache = Buffer.from_numpy(arena.copy()).view(DType.bfloat16)
+    model.execute(
+        Buffer.from_numpy(np.array([0, lengths[0], tokens], np.uint32)),
+        to_buffer(x, DType.bfloat16),
+        cache, Buffer.from_numpy(np.array([-1], np.int64)),
+        Buffer.from_numpy(np.array(cached, np.uint32)), Buffer.from_numpy(lut),
+        Buffer.from_numpy(np.array([max(lengths)], np.uint32)),
+        Buffer.from_numpy(np.array([max(c + n for c, n in zip(cached, lengths, strict=True))],
+                                   np.uint32)))
+    got = to_numpy(cache)
+    before = (arena.astype(np.uint32) << 16).view(np.float32)
+    a_q, a_s = quantize_fp8_input(x.astype(np.float64), 1, 128)
+    x_q = a_q.astype(np.float64) * np.repeat(a_s[:, :tokens].T, 128, axis=1)[:, :320]
+    written = np.zeros(got.shape, bool)
+    for half, proj in enumerate(("k_proj", "v_proj")):
+        ref = x_q @ fp8_ref(*files.fp8[f"model.layers.0.self_attn.{proj}"]).T
+        got_rows, ref_rows = [], []
+        for b, (n_tok, start) in enumerate(zip(lengths, cached, strict=True)):
+            for i in range(n_tok):
+                pos = start + i
+                slot = (int(lut[b, pos // PAGE]), half, 1, pos % PAGE)
+                written[slot] = True
+                got_rows.append(got[slot].reshape(-1))
+                ref_rows.append(ref[[0, lengths[0]][b] + i])
+        err = rel_err(np.array(got_rows, np.float64), np.array(ref_rows))
+        assert err <= TOL_FP8, f"{proj}: rel. error {err:.3e}"
+    assert np.array_equal(got[~written], before[~written]), "cache changed outside the slots"
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,21 +513,29 @@ def test_layer_mismatch(tmp_path: Path) -> None:
 
 def test_fp8_errors(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    w8, s = fp8_checkpoint(rng, 200, 130)
-    ckpt = Checkpoint(write(tmp_path, {"k.weight": w8, "k.weight_scale_inv": s[:1],
+    w8, s = fp8_checkpoint(rng, 128, 130)
+    layer = kv_layer(2, 130)
+    ckpt = Checkpoint(write(tmp_path, {"k.weight": w8, "k.weight_scale_inv": s[:, :1],
                                        "v.weight": w8}))
     with pytest.raises(CheckpointError,
-                       match=r"k\.weight_scale_inv: expected shape \[2, 2\], got \[1, 2\]"):
-        kv_projection_state(ckpt, "k", "v", device=DeviceRef.CPU())
+                       match=r"k\.weight_scale_inv: expected shape \[1, 2\], got \[1, 1\]"):
+        kv_projection_state(ckpt, "k", "v", layer)
     with pytest.raises(CheckpointError, match=r"v\.weight_scale_inv: tensor missing"):
         detect_format(ckpt, "v")
     ckpt = Checkpoint(write(tmp_path, {"k.weight": w8, "k.weight_scale_inv": s,
                                        "v.weight": w8[:, :128].astype(np.float32)}, "b.st"))
-    with pytest.raises(CheckpointError, match=r"v\.weight: expected the shape of k\.weight "
-                                              r"\[200, 130\], got \[200, 128\]"):
-        kv_projection_state(ckpt, "k", "v", device=DeviceRef.CPU())
-    with pytest.raises(CheckpointError, match=r"k\.weight: expected \[N, 64\], got \[200, 130\]"):
-        kv_projection_state(ckpt, "k", "v", device=DeviceRef.CPU(), hidden=64)
+    with pytest.raises(CheckpointError, match=r"v\.weight: expected \[128, 130\] \(N = "
+                                              r"n_kv_heads · head_dim, hidden\) for the layer, "
+                                              r"got \[128, 128\]"):
+        kv_projection_state(ckpt, "k", "v", layer)
+    with pytest.raises(CheckpointError, match=r"k\.weight: expected \[128, 64\].*got \[128, 130\]"):
+        kv_projection_state(ckpt, "k", "v", kv_layer(2, 64))
+    s64 = np.ones((2, 3), np.float32)  # a 64 x 64-block checkpoint: the layer needs 128 x 128
+    ckpt = Checkpoint(write(tmp_path, {"k.weight": w8, "k.weight_scale_inv": s64}, "d.st"))
+    with pytest.raises(CheckpointError, match=r"k\.weight_scale_inv: expected \(128, 128\) "
+                                              r"blocks, got \(64, 64\)"):
+        kv_projection_state(ckpt, "k", "k", layer, quant_config={
+            "quant_method": "fp8", "weight_block_size": [64, 64]})
     ckpt = Checkpoint(write(tmp_path, {"k.weight": np.ones((8, 8), np.int32)}, "c.st"))
     with pytest.raises(CheckpointError, match=r"k\.weight: expected dtype F8_E4M3 or BF16"):
         detect_format(ckpt, "k")

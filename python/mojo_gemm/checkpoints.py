@@ -26,8 +26,8 @@ Outputs (host `max.driver.Buffer`s, names local to the layer, optionally prefixe
 - `int4_linear_state`: `Int4Linear`'s `qweight`, `scales`, `zeros`, `perm`, `bias`.
 - `kv_projection_state`: `PagedKVProjection`'s `k_weight` / `v_weight` (fp8 [N, hidden]; on a
   CPU layer uint8 e4m3 bits) and `k_weight_scale` / `v_weight_scale` f32
-  [ceil(N/128), ceil(hidden/128)]; FP8 checkpoints are taken as they are, dense ones are
-  block-quantized (`quantize_fp8_blockwise`).
+  [ceil(N/block), ceil(hidden/block)]; FP8 checkpoints are taken bit for bit, other formats
+  are dequantized and block-quantized (`quantize_fp8_blockwise`).
 - `grouped_linear_state`: `GroupedLinear`'s `weight` [E, N, K] from per-expert tensors
   `p.experts.<e>.<proj>.*` in any of the formats above, dequantized and rounded to the layer's
   dtype; a SwiGLU layer takes (gate, up) projections and interleaves them
@@ -53,11 +53,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 from max.driver import Buffer
-from max.dtype import DType
-from max.graph import DeviceRef
 from safetensors import safe_open
 
 from .grouped_layer import GroupedLinear
+from .kv_projection import PagedKVProjection
 from .layers import Int4Linear
 from .quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
 from .quant.int4 import Int4Weight
@@ -69,8 +68,7 @@ FLOAT_DTYPES = ("BF16", "F16", "F32")
 INDEX_DTYPES = ("I32", "I64")
 FP8_DTYPE = "F8_E4M3"
 DEFAULT_FP8_BLOCK = (128, 128)
-"""DeepSeek-V3's weight_block_size, and the block of PagedKVProjection's weight scales."""
-KV_PROJECTION_BLOCK = (128, 128)
+"""DeepSeek-V3's weight_block_size (a config's `weight_block_size` overrides it)."""
 
 _RAW_DTYPES = {FP8_DTYPE: np.dtype(ml_dtypes.float8_e4m3fn)}
 """safetensors dtypes its numpy reader cannot return, read from the raw bytes instead."""
@@ -445,63 +443,54 @@ def int4_linear_state(
     return _prefixed(state, state_prefix)
 
 
-def _fp8_host_buffer(data: np.ndarray, device: DeviceRef) -> Buffer:
-    """A host Buffer of e4m3 data: uint8 bits for a CPU layer, float8_e4m3fn for a GPU one."""
-    bits = Buffer.from_numpy(np.ascontiguousarray(data).view(np.uint8))
-    return bits if device.is_cpu() else bits.view(DType.float8_e4m3fn)
-
-
 def fp8_weight(
-    ckpt: Checkpoint, prefix: str, quant_config: Mapping[str, object] | None = None
+    ckpt: Checkpoint,
+    prefix: str,
+    quant_config: Mapping[str, object] | None = None,
+    *,
+    block: tuple[int, int] = DEFAULT_FP8_BLOCK,
 ) -> Fp8Blockwise:
-    """The linear at `prefix` as block-scaled FP8: an FP8 checkpoint as is, any other format
-    dequantized and block-quantized with 128 × 128 blocks."""
-    if detect_format(ckpt, prefix, quant_config) == "fp8":
-        return read_fp8(ckpt, prefix, quant_config)
-    return quantize_fp8_blockwise(read_float_weight(ckpt, prefix, quant_config),
-                                  KV_PROJECTION_BLOCK)
+    """The linear at `prefix` as block-scaled FP8: an FP8 checkpoint as is (its block must be
+    `block`), any other format dequantized and block-quantized with `block`."""
+    if detect_format(ckpt, prefix, quant_config) != "fp8":
+        return quantize_fp8_blockwise(read_float_weight(ckpt, prefix, quant_config), block)
+    q = read_fp8(ckpt, prefix, quant_config)
+    if q.block != tuple(block):
+        raise CheckpointError(
+            f"{prefix}.weight_scale_inv: expected {tuple(block)} blocks, got {q.block} (the "
+            f"config's weight_block_size)"
+        )
+    return q
 
 
 def kv_projection_state(
     ckpt: Checkpoint,
     k_prefix: str,
     v_prefix: str,
+    layer: PagedKVProjection,
     *,
-    device: DeviceRef,
-    hidden: int | None = None,
     quant_config: Mapping[str, object] | None = None,
     state_prefix: str = "",
 ) -> dict[str, Buffer]:
-    """`PagedKVProjection`'s weights from the K and V projections at `k_prefix`, `v_prefix`.
+    """`layer`'s weights from the K and V projections at `k_prefix` and `v_prefix`.
 
-    Names (after `state_prefix`): k_weight, v_weight fp8 [N, hidden] (uint8 e4m3 bits when
-    `device` is the CPU, float8_e4m3fn otherwise), k_weight_scale, v_weight_scale float32
-    [ceil(N/128), ceil(hidden/128)]. FP8 checkpoints must use 128 × 128 blocks; other formats
-    are quantized here. hidden: the layer's input width, checked when given. Raises
-    CheckpointError for missing or mismatched tensors.
+    Names (after `state_prefix`): k_weight, v_weight e4m3 [N, hidden] (uint8 bits on a CPU
+    layer, float8_e4m3fn otherwise), k_weight_scale, v_weight_scale float32
+    [ceil(N/block), ceil(hidden/block)] (`PagedKVProjection.fp8_state`). FP8 checkpoints are
+    taken bit for bit and must use the layer's block (block × block); other formats are
+    block-quantized here. Raises CheckpointError for missing or mismatched tensors.
     """
-    state: dict[str, Buffer] = {}
-    shapes = {}
-    for name, prefix in (("k", k_prefix), ("v", v_prefix)):
-        q = fp8_weight(ckpt, prefix, quant_config)
-        if q.block != KV_PROJECTION_BLOCK:
+    block = (layer.block, layer.block)
+    k = fp8_weight(ckpt, k_prefix, quant_config, block=block)
+    v = fp8_weight(ckpt, v_prefix, quant_config, block=block)
+    want = [layer.n, layer.hidden_size]
+    for prefix, q in ((k_prefix, k), (v_prefix, v)):
+        if list(q.data.shape) != want:
             raise CheckpointError(
-                f"{prefix}.weight_scale_inv: expected {KV_PROJECTION_BLOCK} blocks for the KV "
-                f"projection, got {q.block}"
+                f"{prefix}.weight: expected {want} (N = n_kv_heads · head_dim, hidden) for "
+                f"the layer, got {list(q.data.shape)}"
             )
-        if hidden is not None and q.data.shape[1] != hidden:
-            raise CheckpointError(
-                f"{prefix}.weight: expected [N, {hidden}], got {list(q.data.shape)}"
-            )
-        shapes[prefix] = q.data.shape
-        state[f"{name}_weight"] = _fp8_host_buffer(q.data, device)
-        state[f"{name}_weight_scale"] = Buffer.from_numpy(q.scales)
-    if shapes[k_prefix] != shapes[v_prefix]:
-        raise CheckpointError(
-            f"{v_prefix}.weight: expected the shape of {k_prefix}.weight "
-            f"{list(shapes[k_prefix])}, got {list(shapes[v_prefix])}"
-        )
-    return _prefixed(state, state_prefix)
+    return _prefixed(layer.fp8_state(k, v), state_prefix)
 
 
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
