@@ -479,7 +479,7 @@ def _x_device(a: Args) -> Violation:
 
 
 PAGED_KV_PROJECTION_CALL = Contract(
-    op="PagedKVProjection",
+    op="PagedKVProjection.__call__",
     summary="x must match the layer's dtype, hidden size and device; the rest is the ops' rules.",
     rules=(
         Rule("x", "a TensorValue", _is_tensor("x"), TypeError),
