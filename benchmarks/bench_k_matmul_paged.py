@@ -1,0 +1,761 @@
+"""FP8 K-cache projection: our `k_matmul_ragged_paged_scale` vs MAX's built-in and torch.
+
+    python benchmarks/bench_k_matmul_paged.py                        # H200: the table (< 5 min)
+    python benchmarks/bench_k_matmul_paged.py --device cpu           # CPU dry run at a tiny shape
+    python benchmarks/bench_k_matmul_paged.py --virtual-arch sm_90a  # compile the GPU graphs here
+
+Problems: N = 8·128 and 64·128 (a fused-QKV-sized N) × K ∈ {4096, 8192}, T ∈ T_VALUES tokens
+in a ragged batch (T = 1: one sequence; larger T: up to 4 sequences of uneven lengths with
+non-zero cache lengths), page size 128, scale granularity (1, 128, 128), a bf16 cache.
+
+- ours and MAX's `max.nn.kernels.matmul_k_cache_ragged_scaled_float8` (naive on the H200): a
+  MAX graph of R ops on R distinct hidden-state copies, op i writing layer i of one paged cache
+  (R layers), weights rotated over copies when < L2; median (execute + sync) / R (harness.py).
+  MAX's op gets a one-op graph where one call takes > ONE_OP_S (and for N = 8192, where every
+  call does), so its slow shapes cost a few calls, not R per rep.
+- Every timed shape of ours is checked first: the rows of up to CHECK_ROWS sampled tokens in
+  the first and last layer are poisoned (NaN), the timed graph runs once, and the rows (on
+  CHECK_HEADS sampled heads) must match float64 numpy of the dequantized operands within TOL;
+  the run aborts otherwise.
+- torch (a subprocess): `torch._scaled_mm` with blockwise scales (T padded to a multiple of 4),
+  alone and followed by `index_copy_` of the [T, N] rows into a tensor of the cache layout
+  through a precomputed row index, in one callable; do_bench median with L2 flushed.
+- An fp8-cache row set for FP8_PROBLEMS: ours with a per-tensor kv_scale; torch with the
+  division by kv_scale and the cast to e4m3 before the scatter. MAX's op has no fp8 rows.
+
+Env: BENCH_BUDGET_S (wall budget, default 285 s: MAX's graphs and the fp8-cache rows are
+skipped, and the skips printed and recorded, when too little of it is left),
+BENCH_SKIP_TORCH=1, BENCH_FP8_CACHE=0 (no fp8-cache rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+HEAD_DIM = 128
+PAGE = 128
+GRAN = (1, 128, 128)
+R = 16
+"""Ops per timed graph (one cache layer each)."""
+T_VALUES = (1, 16, 64, 256, 1024, 4096)
+CHECK_ROWS = 64
+CHECK_HEADS = 4
+TOL = 2e-2
+ONE_OP_S = 5e-3
+POISON = {"bf16": 0xFFFF, "fp8": 0xFF}
+"""NaN bit patterns of a bf16 / e4m3fn cache element."""
+T0 = time.perf_counter()
+BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "285"))
+MAX_COMPILE_NEED_S = 110.0
+"""MAX's graphs are compiled only when this much of the budget is left (~90 s on the H200)."""
+ROW_NEED_S = 12.0
+"""A row of ours is started only when this much of the budget is left."""
+MAX_ROW_NEED_S = 6.0
+"""A row of MAX's op (a few seconds at most: ~0.7 s per call at N = 8192, T = 4096)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One K projection: `heads` KV heads of HEAD_DIM (N = heads · 128) from K features."""
+
+    heads: int
+    k: int
+
+    @property
+    def n(self) -> int:
+        return self.heads * HEAD_DIM
+
+    @property
+    def name(self) -> str:
+        return f"N{self.n}.K{self.k}"
+
+
+PROBLEMS = (Problem(8, 4096), Problem(8, 8192), Problem(64, 4096), Problem(64, 8192))
+FP8_PROBLEMS = (Problem(8, 4096), Problem(64, 8192))
+MAX_MULTI_OP_N = 1024
+"""MAX's op also gets an R-op graph up to this N; above, one call is >= 1.5 ms at any T."""
+CPU_PROBLEM = Problem(2, 256)
+CPU_T = (1, 16, 64, 200)
+CPU_COPIES = 2
+
+
+def left() -> float:
+    """Seconds of the wall budget left."""
+    return BUDGET_S - (time.perf_counter() - T0)
+
+
+def log(*parts: object) -> None:
+    """A progress line with the elapsed time."""
+    print(f"[{time.perf_counter() - T0:6.1f}s]", *parts, flush=True)
+
+
+# ---------------------------------------------------------------- batch and host data (numpy)
+@dataclass(frozen=True)
+class Batch:
+    """A ragged batch of new tokens and where the paged cache keeps them.
+
+    offsets uint32 [B + 1]; cache_lengths uint32 [B] (tokens already cached); lut uint32
+    [B, cols]: distinct physical pages per sequence, padding columns hold the null page (the
+    last of `pages`, as MAX allocates it).
+    """
+
+    offsets: np.ndarray
+    cache_lengths: np.ndarray
+    lut: np.ndarray
+    pages: int
+
+    @property
+    def tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def sequences(self) -> int:
+        return len(self.cache_lengths)
+
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(page, slot) of every new token: int64 [T] each."""
+        t = np.arange(self.tokens)
+        b = np.searchsorted(self.offsets, t, side="right") - 1
+        pos = self.cache_lengths[b].astype(np.int64) + t - self.offsets[b].astype(np.int64)
+        return self.lut[b, pos // PAGE].astype(np.int64), pos % PAGE
+
+
+def make_batch(t: int) -> Batch:
+    """The batch of t tokens; deterministic in t (the torch subprocess rebuilds it)."""
+    rng = np.random.default_rng(1000 + t)
+    b = 1 if t == 1 else min(4, t)
+    cuts = np.sort(rng.choice(np.arange(1, t), b - 1, replace=False)) if b > 1 else []
+    lens = np.diff(np.concatenate([[0], cuts, [t]])).astype(np.int64)
+    cache = rng.integers(1, 1000, b)
+    need = -(-(cache + lens) // PAGE)
+    null = int(need.sum())
+    lut = np.full((b, int(need.max()) + 1), null, np.uint32)
+    perm = rng.permutation(null)
+    for i, start in enumerate(np.concatenate([[0], np.cumsum(need)[:-1]])):
+        lut[i, : need[i]] = perm[start : start + need[i]]
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    return Batch(offsets, cache.astype(np.uint32), lut, null + 1)
+
+
+def rand_fp8_bits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Random e4m3fn bit patterns (uint8): random sign and mantissa, |x| in [0.5, 1.875].
+
+    Never zero or NaN; one integer draw, so GB-sized operands stay cheap.
+    """
+    bits = rng.integers(0, 256, shape, dtype=np.uint8)
+    bits &= 0x9F  # exponent field 0b0xx?: keep its lowest bit
+    bits |= 0x30  # exponent field 6 or 7
+    return bits
+
+
+def fp8_f64(bits: np.ndarray) -> np.ndarray:
+    """float64 values of e4m3fn bit patterns."""
+    from mojo_gemm.quant.fp8 import E4M3
+
+    return np.ascontiguousarray(bits, np.uint8).view(E4M3).astype(np.float64)
+
+
+def cache_f64(bits: np.ndarray, cache: str) -> np.ndarray:
+    """float64 values of cache storage bits (uint16 bf16 or uint8 e4m3fn)."""
+    if cache == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return fp8_f64(bits)
+
+
+def reference(hid: np.ndarray, s_in: np.ndarray, w: np.ndarray, s_w: np.ndarray,
+              toks: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """float64 k[toks][:, cols] of the dequantized operands, granularity (1, 128, 128).
+
+    hid uint8 [T, K] and w uint8 [N, K] (e4m3fn bits), s_in float32 [K/128, >= T], s_w
+    float32 [N/128, K/128].
+    """
+    gk, gn = GRAN[2], GRAN[1]
+    k = hid.shape[1]
+    a = fp8_f64(hid[toks]) * np.repeat(s_in[:, toks].T.astype(np.float64), gk, axis=1)[:, :k]
+    b = fp8_f64(w[cols]) * np.repeat(s_w[cols // gn].astype(np.float64), gk, axis=1)[:, :k]
+    return a @ b.T
+
+
+def ours_config(t: int, n: int) -> str:
+    """The kernel our GPU dispatch takes for granularity (1, 128, 128) and dense rows.
+
+    Mirrors k_cache_matmul/gpu.mojo (WGMMA_MIN_TOKENS = 128, mma.sync tiles) and gpu_wgmma.mojo
+    (LARGE 128x128 tiles when they give >= MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64).
+    """
+    if t > 128:
+        large = -(-n // 128) * -(-t // 128) >= 120
+        return "wgmma 128x128" if large else "wgmma 64x64"
+    return "mma.sync 16x8 U4" if t <= 16 else "mma.sync 32x16 U2"
+
+
+# ---------------------------------------------------------------- torch contenders (subprocess)
+def torch_part(out_path: str) -> None:
+    """torch _scaled_mm (blockwise) alone and + scatter per problem and T; JSON to out_path."""
+    import torch
+
+    dev = torch.device("cuda")
+    fp8 = torch.float8_e4m3fn
+    rows = []
+    for p in PROBLEMS:
+        w = torch.randn(p.n, p.k, device=dev).to(fp8)
+        sw = torch.rand(p.n // GRAN[1], p.k // GRAN[2], device=dev) + 0.5
+        for t in T_VALUES:
+            rows += torch_rows(torch, p, t, w, sw)
+            Path(out_path).write_text(json.dumps(rows))  # a crash later keeps these
+        del w, sw
+        torch.cuda.empty_cache()
+
+
+def torch_rows(torch: Any, p: Problem, t: int, w: Any, sw: Any) -> list[dict[str, Any]]:
+    """The torch row(s) of one problem and T (bf16 cache; fp8 cache for FP8_PROBLEMS)."""
+    dev = w.device
+    tp = -(-t // 4) * 4  # torch's blockwise _scaled_mm needs T % 4 == 0
+    a = torch.randn(tp, p.k, device=dev).to(torch.float8_e4m3fn)
+    sa = (torch.rand(tp, p.k // GRAN[2], device=dev) + 0.5).t().contiguous().t()
+
+    def mm() -> Any:
+        return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sw.t(), out_dtype=torch.bfloat16)
+
+    batch = make_batch(t)
+    page, slot = batch.slots()
+    layers, layer = 2, 1  # rows of a [pages, 2 (K, V), layers, PAGE, H, D] cache, K of layer 1
+    idx = torch.from_numpy(((page * 2 + 0) * layers + layer) * PAGE + slot).to(dev)
+    cache = torch.zeros(batch.pages * 2 * layers * PAGE, p.n, dtype=torch.bfloat16, device=dev)
+
+    def mm_scatter() -> None:
+        cache.index_copy_(0, idx, mm()[:t])
+
+    try:
+        out = mm()
+        ref = (a[:4].double() * sa[:4].double().repeat_interleave(GRAN[2], 1)) @ (
+            w.double() * sw.double().repeat_interleave(GRAN[1], 0).repeat_interleave(GRAN[2], 1)
+        ).t()
+        err = ((out[:4].double() - ref).norm() / ref.norm()).item()
+        mm_scatter()
+        m = min(t, 4)
+        if not torch.allclose(cache[idx[:m]].float(), out[:m].float(), rtol=1e-2, atol=1e-2):
+            raise RuntimeError("the scatter did not land in the indexed rows")
+        row = {"problem": p.name, "cache": "bf16", "T": t, "torch_rel_err": err,
+               "torch_us": harness.torch_do_bench(mm) * 1e6,
+               "torch_scatter_us": harness.torch_do_bench(mm_scatter) * 1e6}
+    except (RuntimeError, ValueError) as e:  # a contender failing is reported, not fatal
+        print(f"torch {p.name} T={t}: failed: {e!r}"[:400], flush=True)
+        return []
+    print("torch", row, flush=True)
+    rows = [row]
+    if p not in FP8_PROBLEMS:
+        return rows
+    inv = float(448.0 / 2.0 / out[:t].abs().max().item())  # 1 / kv_scale
+    cache8 = torch.zeros(cache.shape, dtype=torch.uint8, device=dev)
+
+    def mm_scatter_fp8() -> None:
+        k8 = (mm()[:t] * inv).to(torch.float8_e4m3fn)
+        cache8.index_copy_(0, idx, k8.view(torch.uint8))
+
+    try:
+        rows.append({"problem": p.name, "cache": "fp8", "T": t, "torch_us": row["torch_us"],
+                     "torch_scatter_us": harness.torch_do_bench(mm_scatter_fp8) * 1e6})
+    except (RuntimeError, ValueError) as e:
+        print(f"torch {p.name} T={t} fp8 cache: failed: {e!r}"[:400], flush=True)
+        return rows
+    print("torch", rows[-1], flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- MAX graphs (ours and MAX's op)
+def kv_params(p: Problem, cache: str, layers: int, device: Any) -> Any:
+    """MAX's paged-cache parameters: `layers` layers of p.heads heads, page size 128."""
+    from max.dtype import DType
+    from max.nn.kv_cache import MHAKVCacheParams
+
+    dtype = DType.bfloat16 if cache == "bf16" else DType.float8_e4m3fn
+    return MHAKVCacheParams(dtype=dtype, n_kv_heads=p.heads, head_dim=HEAD_DIM,
+                            num_layers=layers, page_size=PAGE, devices=[device])
+
+
+def build_graph(module: Any, contender: str, p: Problem, cache: str, copies: int, layers: int,
+                device: Any) -> Any:
+    """A graph of `copies` ops (op i writes layer i) with symbolic T, B, pages and LUT columns.
+
+    Inputs: hidden [T, K] × copies, weight [N, K] × copies, offsets, input_scale [K/128, ts],
+    weight_scale, then the cache (blocks, page_stride, cache_lengths, lut, max prompt and cache
+    lengths) and, for an fp8 cache, kv_scale [1]. contender "ours" or "max" (MAX's built-in).
+    """
+    from max.dtype import DType
+    from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
+    from max.nn.kernels import matmul_k_cache_ragged_scaled_float8
+    from max.nn.kv_cache import PagedCacheValues
+
+    from mojo_gemm.k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale
+
+    cpu, u32, f32 = DeviceRef.CPU(), DType.uint32, DType.float32
+    fp8 = fp8_dtype_for(device)
+    params = kv_params(p, cache, layers, device)
+    blocks_dtype = DType.bfloat16 if cache == "bf16" else fp8
+    gn, gk = GRAN[1], GRAN[2]
+    types = [TensorType(fp8, ["T", p.k], device)] * copies
+    types += [TensorType(fp8, [p.n, p.k], device)] * copies
+    types += [
+        TensorType(u32, ["B1"], device),
+        TensorType(f32, [p.k // gk, "ts"], device),
+        TensorType(f32, [p.n // gn, p.k // gk], device),
+        BufferType(blocks_dtype, ["pages", *params.shape_per_block], device),
+        TensorType(DType.int64, [1], cpu),
+        TensorType(u32, ["B"], device),
+        TensorType(u32, ["B", "cols"], device),
+        TensorType(u32, [1], cpu),
+        TensorType(u32, [1], cpu),
+    ]
+    if cache == "fp8":
+        types.append(TensorType(f32, [1], device))
+    name = f"{contender}_{p.name.replace('.', '_')}_{cache}_r{copies}"
+    with Graph(name, input_types=types, module=module) as g:
+        vals = list(g.inputs)
+        hs, ws = vals[:copies], vals[copies : 2 * copies]
+        off, s_in, s_w, blocks, stride, lens, lut, mp, mc, *ks = vals[2 * copies :]
+        kv = PagedCacheValues(kv_blocks=blocks.buffer, cache_lengths=lens.tensor,
+                              lookup_table=lut.tensor, max_prompt_length=mp.tensor,
+                              max_cache_length=mc.tensor, page_stride=stride.tensor)
+        for i, (h, w) in enumerate(zip(hs, ws, strict=True)):
+            if contender == "ours":
+                k_matmul_ragged_paged_scale(params, h.tensor, off.tensor, w.tensor, s_in.tensor,
+                                            s_w.tensor, kv, GRAN, i,
+                                            kv_scale=ks[0].tensor if ks else None)
+            else:
+                matmul_k_cache_ragged_scaled_float8(params, h.tensor, off.tensor, w.tensor,
+                                                    s_in.tensor, s_w.tensor, kv, GRAN,
+                                                    ops.constant(i, u32, device=cpu))
+        g.output()
+    return g
+
+
+def ours_graphs(module: Any, device: Any, problems: tuple[Problem, ...], copies: int,
+                fp8_rows: bool) -> dict[tuple[str, str], Any]:
+    """Our op's timed graphs: {(problem name, cache): Graph}."""
+    graphs = {(p.name, "bf16"): build_graph(module, "ours", p, "bf16", copies, copies, device)
+              for p in problems}
+    if fp8_rows:
+        for p in FP8_PROBLEMS if problems == PROBLEMS else problems:
+            graphs[p.name, "fp8"] = build_graph(module, "ours", p, "fp8", copies, copies, device)
+    return graphs
+
+
+def max_graphs(module: Any, device: Any, problems: tuple[Problem, ...],
+               copies: int) -> dict[tuple[str, int], Any]:
+    """MAX's op: {(problem name, ops): Graph}, 1 op and (for N <= MAX_MULTI_OP_N) `copies`."""
+    graphs = {}
+    for p in problems:
+        for r in (1, copies) if p.n <= MAX_MULTI_OP_N else (1,):
+            graphs[p.name, r] = build_graph(module, "max", p, "bf16", r, copies, device)
+    return graphs
+
+
+def compile_graphs(session: Any, module: Any, graphs: dict[Any, Any], what: str) -> dict[Any, Any]:
+    """Compiles the graphs of one module together; {key: Model}."""
+    from mojo_gemm import kernels_path
+
+    t0 = time.perf_counter()
+    compiled = session.compile(module, custom_extensions=[kernels_path()])
+    log(f"{what}: {len(graphs)} graphs compiled in {time.perf_counter() - t0:.1f}s")
+    models = session.init_all(compiled)
+    return {key: models[g.name] for key, g in graphs.items()}
+
+
+# ---------------------------------------------------------------- device data of one problem
+class Pool:
+    """One paged cache of `layers` layers: a flat slab (rows are slices) and its 6-D view."""
+
+    def __init__(self, p: Problem, cache: str, pages: int, layers: int, dev: Any,
+                 device: Any) -> None:
+        from max.driver import Buffer
+        from max.dtype import DType
+
+        from mojo_gemm.k_cache import fp8_dtype_for
+
+        self.n, self.cache, self.layers = p.n, cache, layers
+        self.page_elems = 2 * layers * PAGE * p.n
+        storage = DType.uint16 if cache == "bf16" else DType.uint8
+        self.slab = Buffer(storage, [pages * self.page_elems], dev)
+        view = DType.bfloat16 if cache == "bf16" else fp8_dtype_for(device)
+        self.blocks = self.slab.view(view, [pages, 2, layers, PAGE, p.heads, HEAD_DIM])
+
+    def row(self, page: int, layer: int, slot: int) -> Any:
+        """The K row (N elements) of (page, layer, slot): a contiguous slice of the slab."""
+        start = int(page) * self.page_elems + (layer * PAGE + int(slot)) * self.n
+        return self.slab[start : start + self.n]
+
+
+@dataclass
+class ProblemData:
+    """Host operands of one problem (e4m3fn bits and float32 scales) and their device copies."""
+
+    p: Problem
+    w: np.ndarray
+    s_w: np.ndarray
+    w_dev: list[Any]
+    s_w_dev: Any
+
+
+def problem_data(p: Problem, copies: int, rng: np.random.Generator, dev: Any,
+                 device: Any) -> ProblemData:
+    """Random weight and weight scales; min(copies, harness.weight_copies) device copies."""
+    from mojo_gemm.quant.fp8 import fp8_buffer
+
+    w = rand_fp8_bits(rng, (p.n, p.k))
+    s_w = rng.uniform(0.5, 1.5, (p.n // GRAN[1], p.k // GRAN[2])).astype(np.float32)
+    gpu = not device.is_cpu()
+    nw = min(copies, harness.weight_copies(p.n * p.k)) if gpu else 1
+    return ProblemData(p, w, s_w, [fp8_buffer(w, dev) for _ in range(nw)], to_device(s_w, dev))
+
+
+def to_device(array: np.ndarray, dev: Any) -> Any:
+    """A Buffer on `dev` holding a numpy array."""
+    from max.driver import Buffer
+
+    return Buffer.from_numpy(np.ascontiguousarray(array)).to(dev)
+
+
+@dataclass
+class Case:
+    """One (problem, cache, T): host data and the timed graph's argument list."""
+
+    batch: Batch
+    hid: np.ndarray
+    s_in: np.ndarray
+    kv_scale: float
+    args: list[Any]
+    toks: np.ndarray
+    cols: np.ndarray
+    ref: np.ndarray
+
+
+def make_case(d: ProblemData, cache: str, t: int, pool: Pool, copies: int,
+              rng: np.random.Generator, dev: Any) -> Case:
+    """Fresh hidden states and scales for T tokens, the float64 reference of the sampled rows
+    and the argument list of a `copies`-op graph on `pool` (hidden copies are distinct
+    buffers with equal values; weights rotate over d.w_dev)."""
+    from max.driver import Buffer
+
+    from mojo_gemm.quant.fp8 import fp8_buffer
+
+    p, batch = d.p, make_batch(t)
+    hid = rand_fp8_bits(rng, (t, p.k))
+    s_in = np.ones((p.k // GRAN[2], -(-t // 4) * 4), np.float32)  # MAX pads tokens to 4
+    s_in[:, :t] = rng.uniform(0.5, 1.5, (p.k // GRAN[2], t))
+    toks = np.arange(t) if t <= CHECK_ROWS else np.unique(np.concatenate(
+        [[0, t - 1], rng.choice(np.arange(1, t - 1), CHECK_ROWS - 2, replace=False)]))
+    heads = np.sort(rng.choice(p.heads, min(CHECK_HEADS, p.heads), replace=False))
+    cols = (heads[:, None] * HEAD_DIM + np.arange(HEAD_DIM)).ravel()
+    ref = reference(hid, s_in, d.w, d.s_w, toks, cols)
+    # fp8 cache: sampled |k| / kv_scale <= 224, so the rest stays below 448 by a wide margin
+    kv_scale = float(np.abs(ref).max() / 224.0) if cache == "fp8" else 1.0
+    lens = np.diff(batch.offsets.astype(np.int64))
+    nw = len(d.w_dev)
+    args = [fp8_buffer(hid, dev) for _ in range(copies)]
+    args += [d.w_dev[i % nw] for i in range(copies)]
+    args += [
+        to_device(batch.offsets, dev), to_device(s_in, dev), d.s_w_dev, pool.blocks,
+        Buffer.from_numpy(np.array([-1], np.int64)),  # packed pages
+        to_device(batch.cache_lengths, dev), to_device(batch.lut, dev),
+        Buffer.from_numpy(np.array([lens.max()], np.uint32)),
+        Buffer.from_numpy(np.array([(batch.cache_lengths + lens).max()], np.uint32)),
+    ]
+    if cache == "fp8":
+        args.append(to_device(np.array([kv_scale], np.float32), dev))
+    return Case(batch, hid, s_in, kv_scale, args, toks, cols, ref)
+
+
+def check_ours(model: Any, case: Case, pool: Pool, sync: Callable[[], None] | None) -> float:
+    """Poisons the sampled rows of the first and last layer, runs the timed graph once and
+    compares them with the float64 reference; raises SystemExit on a mismatch.
+
+    Returns the largest rel. Frobenius error (a bf16 cache: vs the reference; an fp8 cache:
+    vs its e4m3 rounding of k / kv_scale).
+    """
+    from max.driver import Buffer
+
+    from mojo_gemm.quant.fp8 import to_e4m3
+
+    page, slot = case.batch.slots()
+    storage = np.uint16 if pool.cache == "bf16" else np.uint8
+    poison = Buffer.from_numpy(np.full(pool.n, POISON[pool.cache], storage))
+    layers = sorted({0, pool.layers - 1})
+    for layer in layers:
+        for t in case.toks:
+            pool.row(page[t], layer, slot[t]).inplace_copy_from(poison)
+    if sync is not None:
+        sync()
+    model.execute(*case.args)
+    if sync is not None:
+        sync()
+    want = case.ref
+    if pool.cache == "fp8":
+        want = to_e4m3(case.ref / case.kv_scale).astype(np.float64) * case.kv_scale
+    worst = 0.0
+    for layer in layers:
+        bits = np.stack([pool.row(page[t], layer, slot[t]).to_numpy() for t in case.toks])
+        got = cache_f64(bits[:, case.cols], pool.cache) * case.kv_scale
+        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        if not (np.isfinite(got).all() and err <= TOL):
+            raise SystemExit(f"ours is wrong: T={case.batch.tokens} layer {layer} cache "
+                             f"{pool.cache}: rel err {err} (non-finite rows: "
+                             f"{int((~np.isfinite(got)).any(axis=1).sum())})")
+        worst = max(worst, err)
+    return worst
+
+
+def time_max_builtin(models: dict[tuple[str, int], Any], p: Problem, case: Case, copies: int,
+                     sync: Callable[[], None]) -> tuple[float, str]:
+    """Seconds per call of MAX's op: the one-op graph when a call takes > ONE_OP_S or no
+    multi-op graph exists, else the `copies`-op graph per op."""
+    tail = case.args[2 * copies :]
+    one = [case.args[0], case.args[copies], *tail]
+
+    def once() -> None:
+        models[p.name, 1].execute(*one)
+        sync()
+
+    single = harness.median_seconds(once, warmup=1, reps=1)
+    if single > ONE_OP_S or (p.name, copies) not in models:
+        return harness.median_seconds(once, warmup=0, reps=3 if single < 0.3 else 2), "1op"
+    return harness.time_max_model(models[p.name, copies], case.args, copies, sync), f"{copies}ops"
+
+
+# ---------------------------------------------------------------- the runs
+@dataclass(frozen=True)
+class Setup:
+    """Where and what one run measures."""
+
+    gpu: bool
+    dev: Any  # max.driver Device
+    device: Any  # DeviceRef
+    session: Any
+    problems: tuple[Problem, ...]
+    t_values: tuple[int, ...]
+    copies: int
+
+    def sync(self) -> None:
+        """Waits for the device (a no-op on CPU, where execute is synchronous)."""
+        if self.gpu:
+            self.dev.synchronize()
+
+
+def make_setup(device_kind: str) -> Setup:
+    """The session and sizes of a GPU run or of the CPU dry run."""
+    from max.driver import CPU, Accelerator
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef
+
+    gpu = device_kind == "gpu"
+    dev = Accelerator() if gpu else CPU()
+    session = InferenceSession(devices=[CPU(), dev] if gpu else [CPU()])
+    return Setup(gpu, dev, DeviceRef.GPU() if gpu else DeviceRef.CPU(), session,
+                 PROBLEMS if gpu else (CPU_PROBLEM,), T_VALUES if gpu else CPU_T,
+                 R if gpu else CPU_COPIES)
+
+
+def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """Compiles, checks and times our op for every problem, cache and T into `rows`."""
+    from max.graph import Module
+
+    fp8_rows = os.environ.get("BENCH_FP8_CACHE", "1") != "0"
+    module = Module()
+    models = compile_graphs(s.session, module,
+                            ours_graphs(module, s.device, s.problems, s.copies, fp8_rows), "ours")
+    rng = np.random.default_rng(0)
+    for p in s.problems:
+        for cache in ("bf16", "fp8"):
+            if (p.name, cache) not in models:
+                continue
+            model = models[p.name, cache]
+            pool = Pool(p, cache, max(make_batch(t).pages for t in s.t_values), s.copies, s.dev,
+                        s.device)
+            d = problem_data(p, s.copies, rng, s.dev, s.device)
+            for t in s.t_values:
+                if left() < ROW_NEED_S:
+                    log(f"ours {p.name} {cache} T={t}: skipped (budget)")
+                    continue
+                case = make_case(d, cache, t, pool, s.copies, rng, s.dev)
+                err = check_ours(model, case, pool, s.sync)
+                sec = harness.time_max_model(model, case.args, s.copies,
+                                             s.sync if s.gpu else None)
+                row = {"problem": p.name, "N": p.n, "K": p.k, "cache": cache, "T": t,
+                       "B": case.batch.sequences, "check_rel_err": err, "ours_us": sec * 1e6,
+                       "TBps": p.n * p.k / sec / 1e12, "TFLOPs": 2 * t * p.n * p.k / sec / 1e12,
+                       "config": ours_config(t, p.n) if s.gpu else "cpu"}
+                rows[p.name, cache, t] = row
+                log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
+            del pool, d
+
+
+def run_max_builtin(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """Compiles and times MAX's op (bf16 cache) for the rows ours has, when the budget allows."""
+    from max.graph import Module
+
+    if left() < MAX_COMPILE_NEED_S:
+        log(f"MAX's op: skipped ({left():.0f}s of the budget left)")
+        return
+    try:
+        module = Module()
+        models = compile_graphs(s.session, module,
+                                max_graphs(module, s.device, s.problems, s.copies), "MAX's op")
+    except Exception as e:  # MAX's op is a contender: report and go on
+        log(f"MAX's op: compile failed: {e!r}"[:800])
+        return
+    rng = np.random.default_rng(1)
+    for p in s.problems:
+        pool = Pool(p, "bf16", max(make_batch(t).pages for t in s.t_values), s.copies, s.dev,
+                    s.device)
+        d = problem_data(p, s.copies, rng, s.dev, s.device)
+        for t in s.t_values:
+            row = rows.get((p.name, "bf16", t))
+            if row is None or left() < MAX_ROW_NEED_S:
+                log(f"MAX's op {p.name} T={t}: skipped ({left():.0f}s left or no row of ours)")
+                continue
+            case = make_case(d, "bf16", t, pool, s.copies, rng, s.dev)
+            sec, how = time_max_builtin(models, p, case, s.copies, s.sync)
+            row.update(max_us=sec * 1e6, max_from=how, x_max=sec * 1e6 / row["ours_us"])
+            log("MAX's op", p.name, t, f"{sec * 1e6:.1f}us ({how})")
+        del pool, d
+
+
+def build_max_graphs_only() -> None:
+    """CPU dry run of MAX's op graphs: built for DeviceRef.GPU() at the tiny problem (no compile:
+    MAX's op has no CPU path)."""
+    from max.graph import DeviceRef, Module
+
+    graphs = max_graphs(Module(), DeviceRef.GPU(), (CPU_PROBLEM,), CPU_COPIES)
+    log(f"MAX's op: {len(graphs)} GPU graphs built (not compiled)")
+
+
+def compile_virtual(arch: str) -> None:
+    """Compiles every GPU graph of the run (ours, MAX's op) for `arch`; runs nothing."""
+    from max import driver
+
+    driver.set_virtual_device_api("cuda")
+    driver.set_virtual_device_target_arch(arch)
+    driver.set_virtual_device_count(1)
+    from max.driver import CPU, Accelerator
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Module
+
+    session = InferenceSession(devices=[CPU(), Accelerator()])
+    for what, build in (("ours", lambda m: ours_graphs(m, DeviceRef.GPU(), PROBLEMS, R, True)),
+                        ("MAX's op", lambda m: max_graphs(m, DeviceRef.GPU(), PROBLEMS, R))):
+        module = Module()
+        graphs = build(module)
+        from mojo_gemm import kernels_path
+
+        t0 = time.perf_counter()
+        session.compile(module, custom_extensions=[kernels_path()])
+        log(f"{what}: {len(graphs)} graphs compiled for {arch} in {time.perf_counter() - t0:.1f}s")
+    log("all GPU graphs compiled")
+
+
+def bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's bars (worst case over the rows each concerns) and whether they hold."""
+
+    def worst(key: str, keep: Callable[[dict[str, Any]], bool]) -> float | None:
+        vals = [r[key] for r in rows if key in r and r["cache"] == "bf16" and keep(r)]
+        return min(vals) if vals else None
+
+    spec = {
+        "x_max >= 20 at every T": ("x_max", lambda r: True, 20.0),
+        "x_torch_scatter >= 2.0 at T <= 64, N = 1024": (
+            "x_torch_scatter", lambda r: r["T"] <= 64 and r["N"] == 1024, 2.0),
+        "TBps >= 0.7 * 4.24 at T <= 64, N = 8192": (
+            "TBps", lambda r: r["T"] <= 64 and r["N"] == 8192, 0.7 * harness.H200_BANDWIDTH / 1e12),
+        "x_torch >= 0.8 at T >= 1024 (vs _scaled_mm alone)": (
+            "x_torch", lambda r: r["T"] >= 1024, 0.8),
+        "x_torch_scatter >= 0.8 at T >= 1024": ("x_torch_scatter", lambda r: r["T"] >= 1024, 0.8),
+    }
+    out = {}
+    for name, (key, keep, need) in spec.items():
+        w = worst(key, keep)
+        out[name] = {"worst": w, "need": need, "ok": None if w is None else w >= need}
+    return out
+
+
+def main() -> None:
+    """Runs the contenders for the chosen mode and records the table."""
+    from max.driver import accelerator_count
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", choices=["cpu", "gpu"],
+                        default="gpu" if accelerator_count() > 0 else "cpu")
+    parser.add_argument("--virtual-arch", help="compile the GPU graphs for this arch, run nothing")
+    parser.add_argument("--torch-part", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_part:
+        torch_part(args.torch_part)
+        return
+    if args.virtual_arch:
+        compile_virtual(args.virtual_arch)
+        os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
+    log(f"bench_k_matmul_paged: {args.device}, budget {BUDGET_S:.0f}s")
+    if args.device == "cpu":
+        rows: dict[tuple[str, str, int], dict[str, Any]] = {}
+        run_ours(make_setup("cpu"), rows)
+        build_max_graphs_only()
+        harness.record("k_matmul_paged_cpu_dryrun", list(rows.values()),
+                       ["problem", "T", "B", "cache", "ours_us", "check_rel_err"],
+                       method="CPU dry run at a tiny shape (not a benchmark)", append_results=False)
+        return
+    torch_rows_by_key: dict[tuple[str, str, int], dict[str, Any]] = {}
+    if os.environ.get("BENCH_SKIP_TORCH") != "1":
+        harness.OUT_DIR.mkdir(parents=True, exist_ok=True)
+        torch_json = harness.OUT_DIR / "k_matmul_paged_torch_part.json"
+        torch_json.unlink(missing_ok=True)
+        try:
+            subprocess.run([sys.executable, __file__, "--torch-part", str(torch_json)],
+                           check=False, timeout=max(30.0, 0.35 * left()))
+        except subprocess.TimeoutExpired:
+            log("torch part: timed out")
+        if torch_json.exists():
+            for r in json.loads(torch_json.read_text()):
+                torch_rows_by_key[r["problem"], r["cache"], r["T"]] = r
+        log(f"torch part: {len(torch_rows_by_key)} rows")
+    setup = make_setup("gpu")
+    rows: dict[tuple[str, str, int], dict[str, Any]] = {}
+    run_ours(setup, rows)
+    run_max_builtin(setup, rows)
+    for key, r in rows.items():
+        tr = torch_rows_by_key.get(key)
+        if tr is not None:
+            r.update({k: v for k, v in tr.items() if k.startswith("torch")})
+            r["x_torch"] = r["torch_us"] / r["ours_us"]
+            r["x_torch_scatter"] = r["torch_scatter_us"] / r["ours_us"]
+    table = list(rows.values())
+    summary = bars(table)
+    print(json.dumps(summary, indent=1), flush=True)
+    harness.record(
+        "k_matmul_paged_gpu", table,
+        ["problem", "cache", "T", "B", "ours_us", "TBps", "TFLOPs", "max_us", "x_max",
+         "torch_us", "torch_scatter_us", "x_torch", "x_torch_scatter", "config"],
+        method=f"ours and MAX's op: graph of R={R} ops on distinct hidden copies, op i writing "
+               "layer i of one paged cache, rotated weight copies, median (execute+sync)/R "
+               f"(MAX: one-op graph above {ONE_OP_S * 1e3:.0f} ms per call and for N > "
+               f"{MAX_MULTI_OP_N}); torch: do_bench median, L2 flushed, _scaled_mm blockwise "
+               "(T padded to 4) alone and + index_copy_ into the cache layout; granularity "
+               "(1, 128, 128), page 128, TBps on fp8 weight bytes",
+        extra={"bars": summary, "elapsed_s": round(time.perf_counter() - T0, 1)},
+    )
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
