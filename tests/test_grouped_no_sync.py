@@ -15,6 +15,7 @@ The cross-compile test builds that program for sm_90a without a GPU (slow).
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import tempfile
@@ -104,11 +105,17 @@ def build_model(session: InferenceSession) -> Model:
     return session.load(g)
 
 
+@functools.cache
+def gpu_model() -> tuple[Accelerator, Model]:
+    """The accelerator and the compiled capture graph (one compile for the tests below)."""
+    acc = Accelerator()
+    return acc, build_model(InferenceSession(devices=[CPU(), acc]))
+
+
 @pytest.mark.gpu
 def test_capture_then_replay_follows_new_routing() -> None:
     """Captured once, replayed with new activations and routing: each replay is right."""
-    acc = Accelerator()
-    model = build_model(InferenceSession(devices=[CPU(), acc]))
+    acc, model = gpu_model()
     rng = np.random.default_rng(44)
 
     def bf16_values(shape: tuple[int, ...]) -> np.ndarray:
@@ -150,7 +157,30 @@ def test_capture_then_replay_follows_new_routing() -> None:
             assert err <= 1e-2, f"replay {i} {name}: rel. Frobenius error {err:.3e}"
         assert np.all(got_inplace[~written_dec] == poison_value), (
             f"replay {i}: rows of inactive groups were written")
-    model.debug_verify_replay(KEY, *inputs)  # the eager launch trace equals the captured one
+
+
+@pytest.mark.gpu
+def test_capture_launch_trace_matches_eager() -> None:
+    """MAX's debug_verify_replay: an eager run launches what the capture recorded (it raises
+    otherwise); the replay after it is still right."""
+    acc, model = gpu_model()
+    rng = np.random.default_rng(45)
+    a_dec, a_pre = (to_numpy(to_buffer(rng.standard_normal((t, K)), DType.bfloat16))
+                    for t in (T_DEC, T_PRE))
+    b = to_numpy(to_buffer(rng.standard_normal((E, N, K)), DType.bfloat16))
+    r_dec, r_pre = ROUTINGS[1]
+    host = [to_buffer(a_dec, DType.bfloat16), to_buffer(a_pre, DType.bfloat16),
+            to_buffer(b, DType.bfloat16), to_buffer(np.zeros((T_DEC, N)), DType.bfloat16),
+            *r_dec.buffers(), *r_pre.buffers()]
+    inputs = [x.copy(acc) for x in host]
+    acc.synchronize()
+    y_dec, _ = model.capture(KEY + 1, *inputs)
+    model.debug_verify_replay(KEY + 1, *inputs)
+    model.replay(KEY + 1, *inputs)
+    acc.synchronize()
+    ref, written = reference(r_dec, a_dec.astype(np.float64), b.astype(np.float64))
+    err = rel_err(to_numpy(y_dec)[written].astype(np.float64), ref[written])
+    assert err <= 1e-2, f"replay after debug_verify_replay: rel. Frobenius error {err:.3e}"
 
 
 def build_program(exe: Path) -> subprocess.CompletedProcess[str]:
