@@ -34,9 +34,11 @@ from mojo_gemm.checkpoints import (
     int4_linear_kwargs,
     int4_linear_state,
     kv_projection_state,
+    moe_block_state,
     read_int4,
 )
 from mojo_gemm.kv_projection import PagedKVProjection
+from mojo_gemm.moe_block import MoEBlock
 from mojo_gemm.quant.fp8 import quantize_fp8_input
 
 F8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -123,7 +125,7 @@ class Files:
     int4_refs: list[tuple[np.ndarray, np.ndarray | None]]
     fp8: dict[str, tuple[np.ndarray, np.ndarray]]
     dense: dict[str, np.ndarray]
-    experts: dict[str, np.ndarray]  # proj -> float64 [E, N, K]
+    experts: dict[str, np.ndarray]  # proj -> float64 [E, N, K]; "router" -> [E, HIDDEN]
 
 
 E, HIDDEN, INTER = 3, 64, 32
@@ -185,6 +187,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
         dense[prefix] = w.astype(np.float64)
     tensors, experts = expert_tensors(rng, seed=900)
     part1.update(tensors)
+    router = (rng.standard_normal((E, HIDDEN)) * 0.1).astype(BF16)
+    part0[f"{MOE}.gate.weight"] = router
+    experts["router"] = router.astype(np.float64)
     root = tmp_path_factory.mktemp("ckpt")
     paths = [root / "model-00001-of-00002.safetensors", root / "model-00002-of-00002.safetensors"]
     save_file(part0, str(paths[0]))
@@ -417,6 +422,28 @@ def test_grouped_linear_experts_cpu(files: Files) -> None:
     ref_down = np.einsum("tk,tnk->tn", h64, w["down_proj"][expert_of_row])
     assert rel_err(got_gu, ref_gu) <= TOL
     assert rel_err(got_down, ref_down) <= TOL
+
+
+def test_moe_block_state(files: Files) -> None:
+    """MoEBlock's router, gate/up (interleaved) and down banks: the checkpoint formulas'
+    weights rounded to bf16, loadable into the block."""
+    ckpt = Checkpoint(files.paths)
+    block = MoEBlock(HIDDEN, INTER, E, 2)
+    state = moe_block_state(ckpt, MOE, block, state_prefix="")
+    assert sorted(state) == ["down.weight", "gate_up.weight", "router_weight"]
+    block.load_state_dict(state)
+
+    def bf16(a: np.ndarray) -> np.ndarray:
+        return a.astype(BF16).astype(np.float32)
+
+    ref = files.experts
+    assert np.array_equal(to_numpy(state["router_weight"]), bf16(ref["router"]))
+    assert np.array_equal(to_numpy(state["down.weight"]), bf16(ref["down_proj"]))
+    gate_up = to_numpy(state["gate_up.weight"]).reshape(E, INTER // 8, 2, 8, HIDDEN)
+    assert np.array_equal(gate_up[:, :, 0].reshape(E, INTER, HIDDEN), bf16(ref["gate_proj"]))
+    assert np.array_equal(gate_up[:, :, 1].reshape(E, INTER, HIDDEN), bf16(ref["up_proj"]))
+    with pytest.raises(CheckpointError, match=r"mlp\.gate: expected a \[3, 32\] router weight"):
+        moe_block_state(ckpt, MOE, MoEBlock(32, INTER, E, 2))
 
 
 # --------------------------------------------------------------------------------------------

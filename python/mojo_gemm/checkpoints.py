@@ -32,6 +32,8 @@ Outputs (host `max.driver.Buffer`s, names local to the layer, optionally prefixe
   `p.experts.<e>.<proj>.*` in any of the formats above, dequantized and rounded to the layer's
   dtype; a SwiGLU layer takes (gate, up) projections and interleaves them
   (`interleave_gate_up`).
+- `moe_block_state`: `MoEBlock`'s `router_weight`, `gate_up.weight`, `down.weight` from a
+  checkpoint's MoE layer (router `p.gate` and the per-expert projections).
 
 Every problem with the checkpoint's contents raises `CheckpointError` (a ValueError) naming
 the tensor, the expected and the actual shape or dtype; TypeError for wrong Python arguments.
@@ -55,9 +57,11 @@ import numpy as np
 from max.driver import Buffer
 from safetensors import safe_open
 
+from ._host import to_buffer
 from .grouped_layer import GroupedLinear
 from .kv_projection import PagedKVProjection
 from .layers import Int4Linear
+from .moe_block import MoEBlock
 from .quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
 from .quant.int4 import Int4Weight
 
@@ -575,4 +579,39 @@ def grouped_linear_state(
         state = layer.expert_state(gate=banks[0], up=banks[1])
     else:
         state = layer.expert_state(banks[0])
+    return _prefixed(state, state_prefix)
+
+
+def moe_block_state(
+    ckpt: Checkpoint,
+    prefix: str,
+    block: MoEBlock,
+    *,
+    router: str = "gate",
+    projections: Sequence[str] = ("gate_proj", "up_proj", "down_proj"),
+    quant_config: Mapping[str, object] | None = None,
+    state_prefix: str = "",
+) -> dict[str, Buffer]:
+    """`block`'s weights (router_weight, gate_up.weight, down.weight after `state_prefix`)
+    from a checkpoint's MoE layer at `prefix` (e.g. "model.layers.3.mlp").
+
+    router: the router linear's name, read as `prefix`.`router` (any format; float [E, hidden],
+    DeepSeek/Qwen "gate", Mixtral "gate" under "block_sparse_moe"); projections: the experts'
+    (gate, up, down) names under `prefix`.experts.<e> (Mixtral: ("w1", "w3", "w2")). Raises
+    CheckpointError for missing or mismatched tensors.
+    """
+    if len(projections) != 3:
+        raise ValueError(f"projections: expected (gate, up, down) names, got {tuple(projections)}")
+    weight = read_float_weight(ckpt, f"{prefix}.{router}", quant_config)
+    want = [block.num_experts, block.hidden_size]
+    if list(weight.shape) != want:
+        raise CheckpointError(
+            f"{prefix}.{router}: expected a {want} router weight (num_experts, hidden_size), "
+            f"got {list(weight.shape)}"
+        )
+    state = {"router_weight": to_buffer(weight, block.dtype)}
+    state |= grouped_linear_state(ckpt, prefix, block.gate_up, projections=projections[:2],
+                                  quant_config=quant_config, state_prefix="gate_up.")
+    state |= grouped_linear_state(ckpt, prefix, block.down, projections=projections[2:],
+                                  quant_config=quant_config, state_prefix="down.")
     return _prefixed(state, state_prefix)
