@@ -38,7 +38,8 @@ Outputs (host `max.driver.Buffer`s, names local to the layer, optionally prefixe
 Every problem with the checkpoint's contents raises `CheckpointError` (a ValueError) naming
 the tensor, the expected and the actual shape or dtype; TypeError for wrong Python arguments.
 
-safetensors' numpy reader has no float8 dtype: F8_E4M3 tensors are read as raw bytes (from the
+Reading needs the `safetensors` package (imported when the first tensor is read). Its numpy
+reader has no float8 dtype: F8_E4M3 tensors are read as raw bytes (from the
 file's header offsets) and viewed as `ml_dtypes.float8_e4m3fn`; BF16 comes back as
 `ml_dtypes.bfloat16`.
 """
@@ -55,7 +56,6 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 from max.driver import Buffer
-from safetensors import safe_open
 
 from ._host import to_buffer
 from .grouped_layer import GroupedLinear
@@ -164,6 +164,9 @@ class Checkpoint:
             data = np.fromfile(info.path, dtype=np.uint8, count=count * dtype.itemsize,
                                offset=offset)
             return data.view(dtype).reshape(info.shape)
+        # Imported here: only reading tensor data needs the package (headers are parsed above).
+        from safetensors import safe_open
+
         with safe_open(str(info.path), framework="numpy") as f:
             return f.get_tensor(name)
 
