@@ -1,4 +1,8 @@
-"""Entry point of `k_matmul_ragged_paged_scale`: checks the call, then picks the path."""
+"""Launcher of `k_matmul_ragged_paged_scale` and its V twin: picks the CPU or GPU path.
+
+`k_cache` is the half the entry chose (entry.mojo: the K or the V cache of the layer); every
+path writes through it alone, so the V twin runs exactly the K kernels.
+"""
 
 from max.gpu.host import DeviceContext
 from kv_cache.types import KVCacheT
