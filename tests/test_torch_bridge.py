@@ -15,7 +15,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("max.experimental.torch")
 
 from checkpoint_fixtures import make_gptq  # noqa: E402
-from mojo_gemm import Int4Weight, group_tokens_by_expert, interleave_gate_up  # noqa: E402
+from mojo_gemm import (  # noqa: E402
+    Int4Weight,
+    group_tokens_by_expert,
+    interleave_gate_up,
+    torch_bridge,
+)
 from mojo_gemm.quant.fp8 import quantize_fp8_blockwise, quantize_fp8_input  # noqa: E402
 from mojo_gemm.torch_bridge import (  # noqa: E402
     TorchInt4Weight,
@@ -42,12 +47,15 @@ def run_int4(device: str) -> None:
     gen = torch.Generator().manual_seed(1)
     bias = torch.randn(72, generator=gen).to(device, torch.bfloat16)
     w_ref = torch.from_numpy(ck.w_ref)
+    registered = []
     for shape in ((2, 3, 192), (37, 192)):
         x = torch.randn(shape, generator=gen).to(device, torch.bfloat16)
         y = int4_matmul(x, tw, bias)
+        registered.append(len(torch_bridge._OPS))
         assert y.shape == (*shape[:-1], 72) and y.dtype == torch.bfloat16
         ref = x.to("cpu", torch.float64) @ w_ref.T + bias.to("cpu", torch.float64)
         assert rel_err(y, ref) <= TOL, shape
+    assert registered[0] == registered[1], "a new M registered (and compiled) a new op"
 
 
 def run_grouped(device: str) -> None:
