@@ -27,4 +27,6 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
     ops = ("multistage_gemm_q", "grouped_matmul_sm100_persistent", "k_matmul_ragged_paged_scale")
     for op in ops:
         assert f"compiled {op} for sm_90a" in run.stdout
+    assert ("compiled quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection) "
+            "for sm_90a") in run.stdout
     assert "all GPU graphs compiled" in run.stdout

@@ -8,16 +8,20 @@ Public API:
 - FP8 K projection into MAX's paged KV cache (op `k_matmul_ragged_paged_scale`):
   `k_matmul_ragged_paged_scale`, `fp8_dtype_for`, `quantize_fp8_blockwise`,
   `quantize_fp8_input`, `Fp8Blockwise`, `fp8_buffer`.
+- FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
+  `v_matmul_ragged_paged_scale`).
 - `kernels_path`: the Mojo package to pass as `custom_extensions` when needed.
 - `contracts`: the shape/dtype rules of every op.
 """
 
 from . import contracts
 from ._extension import kernels_path
+from .fp8_quantize import quantize_fp8_rows
 from .grouped import grouped_matmul
 from .grouped_layer import GroupedLinear
 from .int4 import Int4WeightValues, int4_matmul
-from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale
+from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .kv_projection import PagedKVProjection
 from .layers import Int4Linear
 from .moe_routing import ExpertGrouping, group_tokens_by_expert, interleave_gate_up
 from .quant.fp8 import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
@@ -30,6 +34,7 @@ __all__ = [
     "Int4Linear",
     "Int4Weight",
     "Int4WeightValues",
+    "PagedKVProjection",
     "contracts",
     "fp8_buffer",
     "fp8_dtype_for",
@@ -41,4 +46,6 @@ __all__ = [
     "kernels_path",
     "quantize_fp8_blockwise",
     "quantize_fp8_input",
+    "quantize_fp8_rows",
+    "v_matmul_ragged_paged_scale",
 ]

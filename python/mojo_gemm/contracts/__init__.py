@@ -21,9 +21,24 @@ from .int4 import (
     int4_num_groups,
     int4_padded,
 )
-from .k_cache import K_CACHE_DTYPES, K_MATMUL_RAGGED_PAGED_SCALE
+from .k_cache import (
+    K_CACHE_DTYPES,
+    K_MATMUL_RAGGED_PAGED_SCALE,
+    PAGED_KV_PROJECTION,
+    PAGED_KV_PROJECTION_CALL,
+    QUANTIZE_FP8_ROWS,
+    V_MATMUL_RAGGED_PAGED_SCALE,
+)
 
-ALL_CONTRACTS: tuple[Contract, ...] = (INT4_MATMUL, GROUPED_MATMUL, K_MATMUL_RAGGED_PAGED_SCALE)
+ALL_CONTRACTS: tuple[Contract, ...] = (
+    INT4_MATMUL,
+    GROUPED_MATMUL,
+    K_MATMUL_RAGGED_PAGED_SCALE,
+    V_MATMUL_RAGGED_PAGED_SCALE,
+    QUANTIZE_FP8_ROWS,
+    PAGED_KV_PROJECTION,
+    PAGED_KV_PROJECTION_CALL,
+)
 """Every public op's contract, in README order."""
 
 __all__ = [
@@ -35,6 +50,10 @@ __all__ = [
     "INT4_MATMUL",
     "K_CACHE_DTYPES",
     "K_MATMUL_RAGGED_PAGED_SCALE",
+    "PAGED_KV_PROJECTION",
+    "PAGED_KV_PROJECTION_CALL",
+    "QUANTIZE_FP8_ROWS",
+    "V_MATMUL_RAGGED_PAGED_SCALE",
     "Contract",
     "Rule",
     "int4_num_groups",
