@@ -204,10 +204,12 @@ def reference(hid: np.ndarray, s_in: np.ndarray, w: np.ndarray, s_w: np.ndarray,
 
 
 def ours_config(t: int, n: int) -> str:
-    """The kernel our GPU dispatch takes for granularity (1, 128, 128) and dense rows.
+    """The kernel and CTA tile our GPU dispatch takes for granularity (1, 128, 128), dense rows.
 
-    Mirrors k_cache_matmul/gpu.mojo (WGMMA_MIN_TOKENS = 128, mma.sync tiles) and gpu_wgmma.mojo
-    (LARGE 128x128 tiles when they give >= MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64).
+    A mirror of the rules in k_cache_matmul/gpu.mojo (WGMMA_MIN_TOKENS = 128; mma.sync CTAs of
+    16 tokens x 8 rows for T <= 16, else 32 x 16) and gpu_wgmma.mojo (LARGE 128x128 tiles when
+    they give >= MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64); it must follow them when
+    they change. Launch details below the tile (clusters, split) are not shown.
     """
     if t > 128:
         large = -(-n // 128) * -(-t // 128) >= 120
