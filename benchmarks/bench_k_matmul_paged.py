@@ -24,10 +24,10 @@ non-zero cache lengths), page size 128, scale granularity (1, 128, 128), a bf16 
 - An fp8-cache row set for FP8_PROBLEMS: ours with a per-tensor kv_scale; torch with the
   division by kv_scale and the cast to e4m3 before the scatter. MAX's op has no fp8 rows.
 
-Order: torch, then ours (compile, rows), then MAX's op (compile, rows). Env: BENCH_BUDGET_S
-(wall budget, default 285 s: rows of ours, MAX's compile and MAX's rows are skipped when too
-little of it is left; skips are printed and recorded in the JSON), BENCH_SKIP_TORCH=1,
-BENCH_FP8_CACHE=0 (no fp8-cache rows).
+Order (priority): torch; ours with a bf16 cache (compile, rows); MAX's op (compile, rows);
+ours with an fp8 cache (compile, rows). Env: BENCH_BUDGET_S (wall budget, default 285 s: a
+step or row is skipped when too little of it is left; skips are printed and recorded in the
+JSON), BENCH_SKIP_TORCH=1, BENCH_FP8_CACHE=0 (no fp8-cache rows).
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ MAX_COMPILE_NEED_S = 100.0
 for sm_90a on 2 busy CPU cores; baselines_max compiled 2 of them in 22 s on the H200 host)."""
 ROW_NEED_S = 12.0
 """A row of ours is started only when this much of the budget is left."""
+FP8_NEED_S = 60.0
+"""The fp8-cache rows (a compile, then 12 rows) start only when this much is left."""
 MAX_ROW_NEED_S = 6.0
 """A row of MAX's op (a few seconds at most: ~0.7 s per call at N = 8192, T = 4096)."""
 
@@ -358,15 +360,11 @@ def build_graph(module: Any, contender: str, p: Problem, cache: str, copies: int
     return g
 
 
-def ours_graphs(module: Any, device: Any, problems: tuple[Problem, ...],
-                fp8_problems: tuple[Problem, ...], copies: int) -> dict[tuple[str, str], Any]:
-    """Our op's timed graphs: {(problem name, cache): Graph}, a bf16 cache for `problems`, an
-    fp8 cache for `fp8_problems`."""
-    graphs = {(p.name, "bf16"): build_graph(module, "ours", p, "bf16", copies, copies, device)
-              for p in problems}
-    for p in fp8_problems:
-        graphs[p.name, "fp8"] = build_graph(module, "ours", p, "fp8", copies, copies, device)
-    return graphs
+def ours_graphs(module: Any, device: Any, problems: tuple[Problem, ...], cache: str,
+                copies: int) -> dict[str, Any]:
+    """Our op's timed graphs with a `cache` ("bf16" or "fp8") cache: {problem name: Graph}."""
+    return {p.name: build_graph(module, "ours", p, cache, copies, copies, device)
+            for p in problems}
 
 
 def max_graphs(module: Any, device: Any, problems: tuple[Problem, ...],
@@ -585,40 +583,44 @@ def make_setup(device_kind: str) -> Setup:
                  R if gpu else CPU_COPIES)
 
 
-def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
-    """Compiles, checks and times our op for every problem, cache and T into `rows`."""
+def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: str,
+             problems: tuple[Problem, ...]) -> None:
+    """Compiles, checks and times our op with a `cache` cache for `problems` into `rows`."""
     from max.graph import Module
 
-    fp8_problems = s.problems if not s.gpu else FP8_PROBLEMS
-    if os.environ.get("BENCH_FP8_CACHE", "1") == "0":
-        fp8_problems = ()
     module = Module()
     models = compile_graphs(s.session, module,
-                            ours_graphs(module, s.device, s.problems, fp8_problems, s.copies),
-                            "ours")
-    rng = np.random.default_rng(0)
-    for p in s.problems:
-        for cache in ("bf16", "fp8"):
-            if (p.name, cache) not in models:
+                            ours_graphs(module, s.device, problems, cache, s.copies),
+                            f"ours ({cache} cache)")
+    rng = np.random.default_rng(0 if cache == "bf16" else 2)
+    for p in problems:
+        pool = Pool(p, cache, max(make_batch(t).pages for t in s.t_values), s.copies, s.dev,
+                    s.device)
+        d = problem_data(p, s.copies, rng, s.dev, s.device)
+        for t in s.t_values:
+            if left() < ROW_NEED_S:
+                skip(f"ours {p.name} {cache} T={t}: skipped ({left():.0f}s left)")
                 continue
-            model = models[p.name, cache]
-            pool = Pool(p, cache, max(make_batch(t).pages for t in s.t_values), s.copies, s.dev,
-                        s.device)
-            d = problem_data(p, s.copies, rng, s.dev, s.device)
-            for t in s.t_values:
-                if left() < ROW_NEED_S:
-                    skip(f"ours {p.name} {cache} T={t}: skipped ({left():.0f}s left)")
-                    continue
-                case = make_case(d, cache, t, pool, s.copies, rng, s.dev)
-                err = check_ours(model, case, pool, s.sync)
-                sec = harness.time_max_model(model, case.args, s.copies, s.sync)
-                row = {"problem": p.name, "N": p.n, "K": p.k, "cache": cache, "T": t,
-                       "B": case.batch.sequences, "check_rel_err": err, "ours_us": sec * 1e6,
-                       "TBps": p.n * p.k / sec / 1e12, "TFLOPs": 2 * t * p.n * p.k / sec / 1e12,
-                       "config": ours_config(t, p.n) if s.gpu else "cpu"}
-                rows[p.name, cache, t] = row
-                log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
-            del pool, d
+            case = make_case(d, cache, t, pool, s.copies, rng, s.dev)
+            err = check_ours(models[p.name], case, pool, s.sync)
+            sec = harness.time_max_model(models[p.name], case.args, s.copies, s.sync)
+            row = {"problem": p.name, "N": p.n, "K": p.k, "cache": cache, "T": t,
+                   "B": case.batch.sequences, "check_rel_err": err, "ours_us": sec * 1e6,
+                   "TBps": p.n * p.k / sec / 1e12, "TFLOPs": 2 * t * p.n * p.k / sec / 1e12,
+                   "config": ours_config(t, p.n) if s.gpu else "cpu"}
+            rows[p.name, cache, t] = row
+            log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
+        del pool, d
+
+
+def run_ours_fp8(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
+    """The fp8-cache rows of ours (last: they are skipped first when the budget runs short)."""
+    if os.environ.get("BENCH_FP8_CACHE", "1") == "0":
+        return
+    if left() < FP8_NEED_S:
+        skip(f"ours, fp8 cache: skipped ({left():.0f}s of the budget left)")
+        return
+    run_ours(s, rows, "fp8", FP8_PROBLEMS if s.gpu else s.problems)
 
 
 def run_max_builtin(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]]) -> None:
@@ -673,9 +675,11 @@ def compile_virtual(arch: str) -> None:
     from max.graph import DeviceRef, Module
 
     session = InferenceSession(devices=[CPU(), Accelerator()])
-    for what, build in (("ours", lambda m: ours_graphs(m, DeviceRef.GPU(), PROBLEMS,
-                                                        FP8_PROBLEMS, R)),
-                        ("MAX's op", lambda m: max_graphs(m, DeviceRef.GPU(), PROBLEMS, R))):
+    for what, build in (
+        ("ours, bf16 cache", lambda m: ours_graphs(m, DeviceRef.GPU(), PROBLEMS, "bf16", R)),
+        ("MAX's op", lambda m: max_graphs(m, DeviceRef.GPU(), PROBLEMS, R)),
+        ("ours, fp8 cache", lambda m: ours_graphs(m, DeviceRef.GPU(), FP8_PROBLEMS, "fp8", R)),
+    ):
         module = Module()
         graphs = build(module)
         from mojo_gemm import kernels_path
@@ -757,7 +761,9 @@ def main() -> None:
     log(f"bench_k_matmul_paged: {args.device}, budget {BUDGET_S:.0f}s")
     rows: dict[tuple[str, str, int], dict[str, Any]] = {}
     if args.device == "cpu":
-        run_ours(make_setup("cpu"), rows)
+        setup = make_setup("cpu")
+        run_ours(setup, rows, "bf16", setup.problems)
+        run_ours_fp8(setup, rows)
         build_max_graphs_only()
         harness.record("k_matmul_paged_cpu_dryrun", list(rows.values()),
                        ["problem", "T", "B", "cache", "ours_us", "check_rel_err"],
@@ -765,8 +771,9 @@ def main() -> None:
         return
     by_key = {} if os.environ.get("BENCH_SKIP_TORCH") == "1" else run_torch()
     setup = make_setup("gpu")
-    run_ours(setup, rows)
+    run_ours(setup, rows, "bf16", setup.problems)
     run_max_builtin(setup, rows)
+    run_ours_fp8(setup, rows)
     merge_torch(rows, by_key)
     table = list(rows.values())
     summary = bars(table)
