@@ -674,6 +674,8 @@ def compile_virtual(arch: str) -> None:
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Module
 
+    from mojo_gemm import kernels_path
+
     session = InferenceSession(devices=[CPU(), Accelerator()])
     for what, build in (
         ("ours, bf16 cache", lambda m: ours_graphs(m, DeviceRef.GPU(), PROBLEMS, "bf16", R)),
@@ -682,8 +684,6 @@ def compile_virtual(arch: str) -> None:
     ):
         module = Module()
         graphs = build(module)
-        from mojo_gemm import kernels_path
-
         t0 = time.perf_counter()
         session.compile(module, custom_extensions=[kernels_path()])
         log(f"{what}: {len(graphs)} graphs compiled for {arch} in {time.perf_counter() - t0:.1f}s")
