@@ -10,10 +10,14 @@ float64 accumulation (~1e-6), and every decision is taken from the same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from max.dtype import DType
 
 from .._host import numpy_dtype
+from ..quant.fp8 import quantize_fp8_input
+from .decoder import DTYPE, FP8_BLOCK, DecoderWeights
 
 
 def round_to(x: np.ndarray, dtype: DType) -> np.ndarray:
@@ -64,3 +68,76 @@ def moe_reference(
             act = round_to(silu(gate[e] @ x[t]) * (up[e] @ x[t]), dtype)
             y[t] += round_to((down[e] @ act) * weights[t, j], dtype)
     return round_to(y, dtype), ids, weights
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x², last axis) + eps) · weight, float64."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def fp8_input_dequantized(x: np.ndarray, block: int) -> np.ndarray:
+    """x [T, K] after the graph's activation quantization (e4m3 per token per `block` columns,
+    `quantize_fp8_input`), dequantized to float64."""
+    data, scales = quantize_fp8_input(x, 1, block)
+    per_col = np.repeat(scales[:, : x.shape[0]].T.astype(np.float64), block, axis=1)
+    return data.astype(np.float64) * per_col[:, : x.shape[1]]
+
+
+class ReferenceDecoder:
+    """`models.decoder.MoEDecoder` in float64 numpy, with its own per-sequence K/V cache.
+
+    Uses the same quantized weights (int4 and fp8 dequantized, the rest rounded to bf16) and
+    rounds where the graph does (see the module docstring and `models.decoder`).
+    """
+
+    def __init__(self, weights: DecoderWeights, num_sequences: int) -> None:
+        self.config = c = weights.config
+        self.embed = round_to(weights.embed, DTYPE)
+        self.final_norm = round_to(weights.final_norm, DTYPE)
+        self.lm_head = round_to(weights.lm_head, DTYPE)
+        self.layers = [
+            {"attn_norm": round_to(w.attn_norm, DTYPE), "ffn_norm": round_to(w.ffn_norm, DTYPE),
+             "q": w.q.dequantize().astype(np.float64), "o": w.o.dequantize().astype(np.float64),
+             "k": w.k.dequantize(), "v": w.v.dequantize(),
+             "moe": (w.router, w.gate, w.up, w.down)}
+            for w in weights.layers
+        ]
+        empty = np.zeros((0, c.num_kv_heads, c.head_dim))
+        self.k_cache = [[empty] * num_sequences for _ in range(c.num_layers)]
+        self.v_cache = [[empty] * num_sequences for _ in range(c.num_layers)]
+
+    def _attention(self, li: int, seq: int, x: np.ndarray) -> np.ndarray:
+        """Sequence `seq`'s new normed tokens x [n, H] -> bf16-rounded attention output."""
+        c, w = self.config, self.layers[li]
+        hk, grp, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
+        n = x.shape[0]
+        q = round_to(x @ w["q"].T, DTYPE).reshape(n, hk, grp, d)
+        xq = fp8_input_dequantized(x, FP8_BLOCK)
+        start = self.k_cache[li][seq].shape[0]
+        for cache, weight in ((self.k_cache, w["k"]), (self.v_cache, w["v"])):
+            new = round_to(xq @ weight.T, DTYPE).reshape(n, hk, d)
+            cache[li][seq] = np.concatenate([cache[li][seq], new])
+        keys, values = self.k_cache[li][seq], self.v_cache[li][seq]
+        out = np.empty((n, hk, grp, d))
+        for i in range(n):
+            visible = start + i + 1  # causal: positions 0..start+i
+            scores = np.einsum("hgd,shd->hgs", q[i], keys[:visible]) / np.sqrt(d)
+            probs = round_to(softmax(scores), DTYPE)
+            out[i] = np.einsum("hgs,shd->hgd", probs, values[:visible])
+        return round_to(out.reshape(n, c.q_size), DTYPE)
+
+    def step(self, tokens: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """One step (tokens[b]: sequence b's new tokens) -> (logits float64 [T, vocab] in
+        sequence order, greedy next ids int64 [B])."""
+        c = self.config
+        hs = [self.embed[np.asarray(t, np.int64)] for t in tokens]
+        for li, w in enumerate(self.layers):
+            for seq, h in enumerate(hs):
+                x = round_to(rms_norm(h, w["attn_norm"], c.rms_eps), DTYPE)
+                h += round_to(self._attention(li, seq, x) @ w["o"].T, DTYPE)
+                x = round_to(rms_norm(h, w["ffn_norm"], c.rms_eps), DTYPE)
+                h += moe_reference(x, *w["moe"], c.top_k, DTYPE)[0]
+        logits = [round_to(rms_norm(h, self.final_norm, c.rms_eps), DTYPE) @ self.lm_head.T
+                  for h in hs]
+        next_ids = np.array([int(np.argmax(lg[-1])) for lg in logits], np.int64)
+        return np.concatenate(logits), next_ids

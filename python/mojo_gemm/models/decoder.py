@@ -1,0 +1,356 @@
+"""A small MoE decoder on mojo-gemm's three ops: its configuration, weights and `max.nn` modules.
+
+Per layer: RMSNorm → attention (Q and O projections int4 through `Int4Linear`; K and V
+projections FP8 through `PagedKVProjection`, written into MAX's paged KV cache; attention itself
+is a plain graph implementation over the paged cache, used on CPU and GPU alike) → residual →
+RMSNorm → `MoEBlock` (router top-k, grouped SwiGLU experts) → residual; then a final RMSNorm and
+a bf16 LM head. No positional encoding (NoPE): the K op stores raw projections, and causality
+comes from the mask alone.
+
+Numerics (what `models.reference` reproduces): the residual stream, norms, attention scores,
+softmax and the LM head run in float32; the inputs of every projection (and the attention
+probabilities) are rounded to bf16, and every projection stores bf16 (the cache too). The
+router and LM head produce float32 logits, so top-k and argmax never see bf16 ties.
+
+Graph inputs (see `graph_input_types`): tokens int64 [T] (all sequences' new tokens, ragged,
+concatenated), input_row_offsets uint32 [B + 1], then MAX's paged-cache inputs for the cache
+(`KVCacheParams.get_symbolic_inputs`). Outputs: logits float32 [T, vocab] for every new token and
+the greedy next token int64 [B] of each sequence (argmax at its last new token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from max.driver import Buffer
+from max.dtype import DType
+from max.graph import BufferType, DeviceRef, Dim, Graph, TensorType, TensorValue, Weight, ops
+from max.nn import LayerList, Module
+from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
+
+from .._host import to_buffer
+from ..kv_projection import PagedKVProjection
+from ..layers import Int4Linear
+from ..moe_block import MoEBlock
+from ..quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
+from ..quant.int4 import Int4Weight
+
+DTYPE = DType.bfloat16
+"""Activation and weight storage dtype of the model."""
+FP8_BLOCK = 128
+"""K/V projection scale block (activations 1 x 128, weights 128 x 128)."""
+_MASKED = -1.0e30
+"""Score of a masked (future or unused) cache slot; exp underflows to exactly 0."""
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes of the example decoder (defaults: ~7 M parameters, compiles in about a minute)."""
+
+    vocab_size: int = 1024
+    hidden_size: int = 512
+    num_layers: int = 2
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    num_experts: int = 8
+    top_k: int = 2
+    moe_intermediate_size: int = 256
+    int4_group_size: int = 128
+    page_size: int = 16
+    rms_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"DecoderConfig: num_heads ({self.num_heads}) must be a multiple "
+                             f"of num_kv_heads ({self.num_kv_heads})")
+        if self.hidden_size % self.int4_group_size or self.q_size % self.int4_group_size:
+            raise ValueError(f"DecoderConfig: hidden_size ({self.hidden_size}) and num_heads · "
+                             f"head_dim ({self.q_size}) must be multiples of int4_group_size "
+                             f"({self.int4_group_size})")
+        for name in ("vocab_size", "num_layers", "head_dim", "page_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DecoderConfig: {name} must be >= 1, got "
+                                 f"{getattr(self, name)}")
+
+    @property
+    def q_size(self) -> int:
+        """num_heads · head_dim: columns of Q and of the attention output."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """num_kv_heads · head_dim: columns of K and V."""
+        return self.num_kv_heads * self.head_dim
+
+    def kv_params(self, device: DeviceRef) -> MHAKVCacheParams:
+        """MAX's cache parameters for this model: bf16 K/V, every layer, one device."""
+        return MHAKVCacheParams(dtype=DTYPE, n_kv_heads=self.num_kv_heads,
+                                head_dim=self.head_dim, num_layers=self.num_layers,
+                                page_size=self.page_size, devices=[device])
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One layer's weights as the graph holds them (float arrays are rounded to bf16 on load)."""
+
+    attn_norm: np.ndarray  # [H]
+    q: Int4Weight  # [q_size, H]
+    k: Fp8Blockwise  # [kv_size, H], 128 x 128 blocks
+    v: Fp8Blockwise  # [kv_size, H]
+    o: Int4Weight  # [H, q_size]
+    ffn_norm: np.ndarray  # [H]
+    router: np.ndarray  # [E, H]
+    gate: np.ndarray  # [E, I, H]
+    up: np.ndarray  # [E, I, H]
+    down: np.ndarray  # [E, H, I]
+
+
+@dataclass(frozen=True)
+class DecoderWeights:
+    """All weights of the model (already int4/fp8-quantized where the graph quantizes)."""
+
+    embed: np.ndarray  # [V, H]
+    layers: tuple[LayerWeights, ...]
+    final_norm: np.ndarray  # [H]
+    lm_head: np.ndarray  # [V, H]
+    config: DecoderConfig = field(default_factory=DecoderConfig)
+
+
+def random_weights(config: DecoderConfig, seed: int = 0) -> DecoderWeights:
+    """Deterministic random weights (fan-in scaled normals) for `config`, from `seed`."""
+    rng = np.random.default_rng(seed)
+    h, e, i = config.hidden_size, config.num_experts, config.moe_intermediate_size
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape) / np.sqrt(shape[-1])
+
+    def int4(n: int, k: int) -> Int4Weight:
+        return int4_pow2(normal(n, k), config.int4_group_size)
+
+    def fp8(n: int, k: int) -> Fp8Blockwise:
+        return quantize_fp8_blockwise(normal(n, k), (FP8_BLOCK, FP8_BLOCK))
+
+    def norm() -> np.ndarray:
+        return 1.0 + 0.1 * rng.standard_normal(h)
+
+    layers = tuple(
+        LayerWeights(attn_norm=norm(), q=int4(config.q_size, h), k=fp8(config.kv_size, h),
+                     v=fp8(config.kv_size, h), o=int4(h, config.q_size), ffn_norm=norm(),
+                     router=normal(e, h), gate=normal(e, i, h), up=normal(e, i, h),
+                     down=normal(e, h, i))
+        for _ in range(config.num_layers)
+    )
+    return DecoderWeights(embed=rng.standard_normal((config.vocab_size, h)), layers=layers,
+                          final_norm=norm(), lm_head=normal(config.vocab_size, h),
+                          config=config)
+
+
+def int4_pow2(w: np.ndarray, group_size: int) -> Int4Weight:
+    """Symmetric round-to-nearest int4 of w float [N, K] with power-of-two group scales.
+
+    s = 2^ceil(log2(amax / 7)) per group, codes = clip(round(w / s) + 8, 1, 15). With such
+    scales every dequantized value (code − 8) · s is exact in bf16 and float32, so the weight
+    the kernel uses is `Int4Weight.dequantize()` exactly, whichever precision it dequantizes in.
+    """
+    n, k = w.shape
+    groups = w.reshape(n, k // group_size, group_size)
+    amax = np.maximum(np.abs(groups).max(axis=2), np.finfo(np.float32).tiny)
+    scales = 2.0 ** np.ceil(np.log2(amax / 7.0))
+    codes = np.clip(np.rint(groups / scales[:, :, None]) + 8, 1, 15).astype(np.uint8)
+    return Int4Weight.from_codes(codes.reshape(n, k), scales.T.astype(np.float32), None,
+                                 group_size)
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Per-token positions of a ragged step, shared by every layer (all int64, on the device).
+
+    batch: [T] sequence of each token; position: [T] its position in its sequence;
+    mask: bool [T, S] (S = lookup-table columns · page size) true where cache slot s <= position;
+    pages: [T, P] the token's sequence's lookup-table row, clamped to valid page ids.
+    """
+
+    batch: TensorValue
+    position: TensorValue
+    mask: TensorValue
+    pages: TensorValue
+
+
+def token_layout(num_tokens: Dim, offsets: TensorValue, kv: PagedCacheValues,
+                 page_size: int) -> TokenLayout:
+    """The `TokenLayout` of a step: T = num_tokens, input_row_offsets uint32 [B + 1], and the
+    cache values (cache_lengths uint32 [B], lookup_table uint32 [B, P]); all on one device."""
+    dev = offsets.device
+    starts = ops.cast(offsets, DType.int64)
+    tok = ops.range(0, num_tokens, 1, out_dim=num_tokens, dtype=DType.int64, device=dev)
+    # sequence of token t = number of sequences ending at or before t
+    ended = ops.greater_equal(ops.unsqueeze(tok, 1), ops.unsqueeze(starts[1:], 0))  # [T, B]
+    batch = ops.reshape(ops.sum(ops.cast(ended, DType.int64), axis=1), [num_tokens])
+    cache_len = ops.gather(ops.cast(kv.cache_lengths, DType.int64), batch, axis=0)
+    position = cache_len + tok - ops.gather(starts, batch, axis=0)
+    lut = ops.cast(kv.lookup_table, DType.int64)
+    slots = lut.shape[1] * page_size
+    slot = ops.range(0, slots, 1, out_dim=slots, dtype=DType.int64, device=dev)
+    mask = ops.greater_equal(ops.unsqueeze(position, 1), ops.unsqueeze(slot, 0))  # [T, S]
+    # Unused lookup-table entries hold MAX's sentinel (= the page count): point them at page 0;
+    # the mask hides every slot they cover.
+    num_pages = ops.transfer_to(ops.shape_to_tensor([kv.kv_blocks.shape[0]]), dev)
+    valid = ops.where(ops.greater(num_pages, lut), lut, 0)
+    return TokenLayout(batch=batch, position=position, mask=mask,
+                       pages=ops.gather(valid, batch, axis=0))
+
+
+class RMSNorm(Module):
+    """y = x / sqrt(mean(x²) + eps) · w in float32; weight `weight` bf16 [size]."""
+
+    def __init__(self, size: int, eps: float, device: DeviceRef) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = Weight("weight", DTYPE, [size], device)
+
+    def __call__(self, x: TensorValue) -> TensorValue:
+        """x float32 [T, size] -> float32 [T, size]."""
+        return ops.rms_norm(x, ops.cast(TensorValue(self.weight), DType.float32), self.eps)
+
+
+def _bf16(x: TensorValue) -> TensorValue:
+    return ops.cast(x, DTYPE)
+
+
+def _f32(x: TensorValue) -> TensorValue:
+    return ops.cast(x, DType.float32)
+
+
+class DecoderLayer(Module):
+    """One pre-norm decoder layer (attention over the paged cache, then the MoE FFN)."""
+
+    def __init__(self, config: DecoderConfig, layer_idx: int, device: DeviceRef) -> None:
+        super().__init__()
+        self.config, self.layer_idx = config, layer_idx
+        h, g = config.hidden_size, config.int4_group_size
+        self.attn_norm = RMSNorm(h, config.rms_eps, device)
+        self.q_proj = Int4Linear(h, config.q_size, group_size=g, dtype=DTYPE, device=device)
+        self.kv_proj = PagedKVProjection(config.kv_params(device), h, layer_idx, dtype=DTYPE,
+                                         device=device, block=FP8_BLOCK)
+        self.o_proj = Int4Linear(config.q_size, h, group_size=g, dtype=DTYPE, device=device)
+        self.ffn_norm = RMSNorm(h, config.rms_eps, device)
+        self.moe = MoEBlock(h, config.moe_intermediate_size, config.num_experts, config.top_k,
+                            dtype=DTYPE, device=device)
+
+    def attention(self, x: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
+                  layout: TokenLayout) -> TensorValue:
+        """x bf16 [T, H] (normed) -> bf16 [T, q_size]: causal attention over the paged cache.
+
+        Writes this step's K and V first (`PagedKVProjection`), then reads the layer's pages
+        back through each token's lookup-table row.
+        """
+        c = self.config
+        t = x.shape[0]
+        hk, grp, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
+        self.kv_proj(x, offsets, kv)
+        q = ops.reshape(_f32(self.q_proj(x)), [t, hk, grp, d])
+        blocks = ops.buffer_load(kv.kv_blocks)  # after the in-place K/V writes (buffer chain)
+        p = layout.pages.shape[1]
+
+        def gathered(half: int) -> TensorValue:  # [T, S, Hk, D] float32
+            pages = blocks[:, half, self.layer_idx]  # [pages, page, Hk, D]
+            per_token = ops.gather(pages, layout.pages, axis=0)  # [T, P, page, Hk, D]
+            return _f32(ops.reshape(per_token, [t, p * c.page_size, hk, d]))
+
+        k = ops.permute(gathered(0), [0, 2, 3, 1])  # [T, Hk, D, S]
+        v = ops.permute(gathered(1), [0, 2, 1, 3])  # [T, Hk, S, D]
+        scores = ops.matmul(q, k) * (1.0 / float(np.sqrt(d)))  # [T, Hk, G, S]
+        mask = ops.unsqueeze(ops.unsqueeze(layout.mask, 1), 1)  # [T, 1, 1, S]
+        # probabilities rounded to bf16 before P·V, as flash-attention kernels do
+        probs = _f32(_bf16(ops.softmax(ops.where(mask, scores, _MASKED))))
+        out = ops.matmul(probs, v)  # [T, Hk, G, D]
+        return _bf16(ops.reshape(out, [t, c.q_size]))
+
+    def __call__(self, h: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
+                 layout: TokenLayout) -> TensorValue:
+        """Residual stream float32 [T, H] -> float32 [T, H]."""
+        attn = self.attention(_bf16(self.attn_norm(h)), offsets, kv, layout)
+        h = h + _f32(self.o_proj(attn))
+        return h + _f32(self.moe(_bf16(self.ffn_norm(h))))
+
+
+class MoEDecoder(Module):
+    """The example decoder: embedding, `num_layers` `DecoderLayer`s, final norm, LM head.
+
+    Weights: `embed_weight` bf16 [V, H], `layers.{i}.…` (see `DecoderLayer`),
+    `final_norm.weight` bf16 [H], `lm_head_weight` bf16 [V, H]; fill them with
+    `load_state_dict(model.state(weights))`. Call it with the graph inputs of
+    `graph_input_types` (tokens, input_row_offsets, PagedCacheValues) to get
+    (logits float32 [T, V], next token int64 [B]).
+    """
+
+    def __init__(self, config: DecoderConfig, device: DeviceRef) -> None:
+        super().__init__()
+        self.config, self.device = config, device
+        v, h = config.vocab_size, config.hidden_size
+        self.embed_weight = Weight("embed_weight", DTYPE, [v, h], device)
+        self.layers = LayerList([DecoderLayer(config, i, device)
+                                 for i in range(config.num_layers)])
+        self.final_norm = RMSNorm(h, config.rms_eps, device)
+        self.lm_head_weight = Weight("lm_head_weight", DTYPE, [v, h], device)
+
+    def __call__(self, tokens: TensorValue, offsets: TensorValue,
+                 kv: PagedCacheValues) -> tuple[TensorValue, TensorValue]:
+        """tokens int64 [T], input_row_offsets uint32 [B + 1], the cache values ->
+        (logits float32 [T, vocab], next token int64 [B]); writes this step's K/V."""
+        t = tokens.shape[0]
+        layout = token_layout(t, offsets, kv, self.config.page_size)
+        h = _f32(ops.gather(TensorValue(self.embed_weight), tokens, axis=0))
+        for layer in self.layers:
+            h = layer(h, offsets, kv, layout)
+        normed = _f32(_bf16(self.final_norm(h)))
+        logits = ops.matmul(normed, _f32(TensorValue(self.lm_head_weight)).T)
+        last = ops.max(ops.cast(offsets, DType.int64)[1:] - 1, 0)  # last new token per sequence
+        next_ids = ops.argmax(ops.gather(logits, last, axis=0), axis=-1)
+        return logits, ops.reshape(next_ids, [next_ids.shape[0]])
+
+    def state(self, weights: DecoderWeights) -> dict[str, Buffer]:
+        """The state dict (graph weight names -> host buffers) of `weights`."""
+        if weights.config != self.config:
+            raise ValueError("MoEDecoder: weights were made for another DecoderConfig")
+        state = {"embed_weight": to_buffer(weights.embed, DTYPE),
+                 "final_norm.weight": to_buffer(weights.final_norm, DTYPE),
+                 "lm_head_weight": to_buffer(weights.lm_head, DTYPE)}
+        for i, (layer, w) in enumerate(zip(self.layers, weights.layers, strict=True)):
+            parts = {
+                "attn_norm.weight": to_buffer(w.attn_norm, DTYPE),
+                "ffn_norm.weight": to_buffer(w.ffn_norm, DTYPE),
+                **{f"q_proj.{k}": b for k, b in layer.q_proj.int4_state(w.q).items()},
+                **{f"o_proj.{k}": b for k, b in layer.o_proj.int4_state(w.o).items()},
+                **{f"kv_proj.{k}": b for k, b in layer.kv_proj.fp8_state(w.k, w.v).items()},
+                **{f"moe.{k}": b for k, b in
+                   layer.moe.moe_state(w.router, w.gate, w.up, w.down).items()},
+            }
+            state.update({f"layers.{i}.{k}": b for k, b in parts.items()})
+        return state
+
+
+def graph_input_types(config: DecoderConfig,
+                      device: DeviceRef) -> list[TensorType | BufferType]:
+    """tokens int64 ["total_tokens"], input_row_offsets uint32 ["batch_plus_one"], then the
+    paged cache's inputs as MAX declares them (`get_symbolic_inputs`): kv_blocks, cache_lengths,
+    lookup_table, max_prompt_length, max_cache_length, page_stride."""
+    cache = config.kv_params(device).get_symbolic_inputs()[0]
+    return [TensorType(DType.int64, ["total_tokens"], device),
+            TensorType(DType.uint32, ["batch_plus_one"], device),
+            cache.kv_blocks, cache.cache_lengths, cache.lookup_table, cache.max_prompt_length,
+            cache.max_cache_length, cache.page_stride]
+
+
+def build_graph(model: MoEDecoder) -> Graph:
+    """The decoder's one graph (symbolic tokens, batch, pages): serves prefill and decode."""
+    types = graph_input_types(model.config, model.device)
+    with Graph("moe_decoder", input_types=types) as graph:
+        tokens, offsets, blocks, lengths, lut, max_prompt, max_cache, stride = graph.inputs
+        kv = PagedCacheValues(kv_blocks=blocks.buffer, cache_lengths=lengths.tensor,
+                              lookup_table=lut.tensor, max_prompt_length=max_prompt.tensor,
+                              max_cache_length=max_cache.tensor, page_stride=stride.tensor)
+        graph.output(*model(tokens.tensor, offsets.tensor, kv))
+    return graph
