@@ -105,3 +105,42 @@ def test_moe_decoder_cpu() -> None:
 def test_moe_decoder_gpu() -> None:
     """The same steps on the GPU."""
     run("gpu")
+
+
+# ------------------------------------------------------------------------------- configuration
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_heads": 6, "num_kv_heads": 4}, "multiple of num_kv_heads"),
+        ({"hidden_size": 192}, "multiples of int4_group_size"),
+        ({"vocab_size": 0}, "vocab_size must be >= 1"),
+        ({"page_size": 0}, "page_size must be >= 1"),
+    ],
+    ids=["gqa", "int4_group", "vocab", "page"],
+)
+def test_bad_decoder_config(kwargs: dict[str, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        DecoderConfig(**kwargs)
+
+
+def test_paged_cache_bookkeeping() -> None:
+    """Pages are scattered, the lookup table holds MAX's sentinel past each sequence's pages,
+    and running out of pages or a wrong batch size is an error."""
+    from max.driver import CPU
+    from max.graph import DeviceRef
+
+    from mojo_gemm.models.runtime import PagedKVCache
+
+    cache = PagedKVCache(CONFIG.kv_params(DeviceRef.CPU()), total_pages=5, num_sequences=2,
+                         device=CPU())
+    _, lengths, lut, max_prompt, max_cache, _ = cache.step_inputs([9, 3])
+    lut_np = lut.to_numpy()
+    assert lut_np.shape == (2, 2)
+    assert lut_np[1, 1] == 5 and len({*lut_np[0], lut_np[1, 0]}) == 3
+    assert lengths.to_numpy().tolist() == [0, 0]
+    assert int(max_prompt.to_numpy()[0]) == 9 and int(max_cache.to_numpy()[0]) == 9
+    cache.commit([9, 3])
+    with pytest.raises(ValueError, match="new_tokens must have 2 entries"):
+        cache.step_inputs([1])
+    with pytest.raises(ValueError, match="out of pages"):
+        cache.step_inputs([30, 1])
