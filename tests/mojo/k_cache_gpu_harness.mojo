@@ -325,6 +325,16 @@ def main() raises:
         ctx, "bad lut (mma)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128](
         ctx, "empty", 256, [0, 0], [4, 0], 0, False, True, 0)
+    # the wgmma kernel's LARGE tile (128 tokens x 128 columns, >= 120 CTAs): fp8 cache, N not a
+    # multiple of the tile with gn = 64, token tiles cut by the sequence ends
+    run_case[DType.float8_e4m3fn, 8, 128, 1, 128, 40, 1, 128, 128](
+        ctx, "LARGE fp8 per-head", 2048, [1000, 1048], [3, 250], 0, True, True, 0)
+    run_case[DType.bfloat16, 5, 128, 1, 128, 40, 1, 64, 128](
+        ctx, "LARGE N tail gn=64", 1024, [1500, 1572], [0, 7], 256, False, True, 0)
+    run_case[DType.float8_e4m3fn, 8, 128, 1, 128, 40, 1, 128, 128](
+        ctx, "LARGE token tails", 1024, [900, 1000], [0, 17], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 3, 128, 1, 128, 48, 1, 128, 128](
+        ctx, "LARGE many tiles", 1024, rep(5, 1024), rep(5, 0), 0, False, True, 0)
     # the V twin: same kernels, V half
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
         ctx, "V decode (mma)", 7168, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 1000], 0, False, True, 0)
