@@ -8,6 +8,8 @@ Public API:
 - FP8 K projection into MAX's paged KV cache (op `k_matmul_ragged_paged_scale`):
   `k_matmul_ragged_paged_scale`, `fp8_dtype_for`, `quantize_fp8_blockwise`,
   `quantize_fp8_input`, `Fp8Blockwise`, `fp8_buffer`.
+- MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
+  combine).
 - FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
   `v_matmul_ragged_paged_scale`).
 - `kernels_path`: the Mojo package to pass as `custom_extensions` when needed.
@@ -23,6 +25,7 @@ from .int4 import Int4WeightValues, int4_matmul
 from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
 from .kv_projection import PagedKVProjection
 from .layers import Int4Linear
+from .moe_block import MoEBlock
 from .moe_routing import ExpertGrouping, group_tokens_by_expert, interleave_gate_up
 from .quant.fp8 import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
 from .quant.int4 import Int4Weight
@@ -34,6 +37,7 @@ __all__ = [
     "Int4Linear",
     "Int4Weight",
     "Int4WeightValues",
+    "MoEBlock",
     "PagedKVProjection",
     "contracts",
     "fp8_buffer",
