@@ -7,6 +7,8 @@ copy wins so an installed package never depends on the directory it was built fr
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 from max.graph import Graph
@@ -29,13 +31,56 @@ def kernels_path() -> Path:
     )
 
 
+def _cache_dir() -> Path:
+    root = os.environ.get("MOJO_GEMM_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    return Path(root) / "mojo_gemm" if root else Path.home() / ".cache" / "mojo_gemm"
+
+
+def kernels_package() -> Path:
+    """The kernel package precompiled once per source content (a `.mojoc` in the user cache).
+
+    MAX precompiles a source directory again for every graph that names it (~5 s each); graphs
+    built by this package's functions name this binary instead. Keyed by a hash of every file
+    of the kernels and the Mojo toolchain, written atomically (parallel builders are safe).
+    Falls back to the source directory if the precompile is not possible.
+    """
+    source = kernels_path()
+    digest = hashlib.sha256()
+    import max as max_pkg
+
+    digest.update(str(getattr(max_pkg, "__version__", "")).encode())
+    for f in sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(f.relative_to(source)).encode())
+        digest.update(f.read_bytes())
+    target = _cache_dir() / digest.hexdigest()[:24] / "mojo_kernels.mojoc"
+    if target.is_file():
+        return target
+    try:
+        from mojo.run import subprocess_run_mojo
+
+        # the compiler takes the module name from the output file's stem: stage under that name
+        staging = target.parent / f".staging.{os.getpid()}" / target.name
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        subprocess_run_mojo(["precompile", str(source), "-o", str(staging)],
+                            capture_output=True, check=True)
+        os.replace(staging, target)
+        staging.parent.rmdir()
+    except Exception:  # no cache dir, no driver, a compile error: MAX reports it from source
+        return source
+    return target
+
+
 def ensure_kernels_loaded() -> None:
     """Adds the kernel package to the graph being built, unless it is already there.
 
     Uses MAX's `Graph._import_kernels` (what `Graph(custom_extensions=...)` calls), so model code
-    need not pass `custom_extensions` itself.
+    need not pass `custom_extensions` itself. A graph that already names the source directory
+    (`kernels_path()`) keeps it; otherwise the precompiled `kernels_package()` is added.
     """
     graph = Graph.current
-    path = kernels_path()
-    if path.resolve() not in {Path(p).resolve() for p in graph.kernel_libraries_paths}:
-        graph._import_kernels([path])
+    loaded = {Path(p).resolve() for p in graph.kernel_libraries_paths}
+    if kernels_path().resolve() in loaded:
+        return
+    package = kernels_package()
+    if package.resolve() not in loaded:
+        graph._import_kernels([package])

@@ -27,12 +27,12 @@ def _plan_model(group_size: int, has_zeros: bool) -> Any:
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from ._extension import kernels_path
+    from ._extension import kernels_package
 
     cpu = DeviceRef.CPU()
     with Graph(f"int4_plan_{group_size}_{int(has_zeros)}",
                input_types=[TensorType(DType.int64, [3], cpu)],
-               custom_extensions=[kernels_path()]) as graph:
+               custom_extensions=[kernels_package()]) as graph:
         plan = ops.custom(
             OP_NAME, cpu, [graph.inputs[0].tensor],
             [TensorType(DType.uint8, [PLAN_BYTES], cpu)],
