@@ -382,9 +382,13 @@ def compile_graphs(session: Any, module: Any, graphs: dict[Any, Any], what: str)
     from mojo_gemm import kernels_path
 
     t0 = time.perf_counter()
+    # On the H200 (2026-11-29) this call did not return within 330 s for 4 graphs of ours, while
+    # the same module compiles in 27 s for a virtual sm_90a device here: log both ends.
+    log(f"{what}: compiling {len(graphs)} graphs")
     compiled = session.compile(module, custom_extensions=[kernels_path()])
     log(f"{what}: {len(graphs)} graphs compiled in {time.perf_counter() - t0:.1f}s")
     models = session.init_all(compiled)
+    log(f"{what}: models initialized")
     return {key: models[g.name] for key, g in graphs.items()}
 
 
