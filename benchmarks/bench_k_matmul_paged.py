@@ -592,12 +592,14 @@ def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: 
     """Compiles, checks and times our op with a `cache` cache for `problems` into `rows`."""
     from max.graph import Module
 
-    module = Module()
-    models = compile_graphs(s.session, module,
-                            ours_graphs(module, s.device, problems, cache, s.copies),
-                            f"ours ({cache} cache)")
     rng = np.random.default_rng(0 if cache == "bf16" else 2)
     for p in problems:
+        # one module per problem, compiled right before its rows: a slow or stuck compile shows
+        # in the log with the problem's name and the rows before it are kept
+        module = Module()
+        models = compile_graphs(s.session, module,
+                                ours_graphs(module, s.device, (p,), cache, s.copies),
+                                f"ours {p.name} ({cache} cache)")
         pool = Pool(p, cache, max(make_batch(t).pages for t in s.t_values), s.copies, s.dev,
                     s.device)
         d = problem_data(p, s.copies, rng, s.dev, s.device)
