@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import cache
 from pathlib import Path
 
 from max.graph import Graph
@@ -36,13 +37,15 @@ def _cache_dir() -> Path:
     return Path(root) / "mojo_gemm" if root else Path.home() / ".cache" / "mojo_gemm"
 
 
+@cache
 def kernels_package() -> Path:
     """The kernel package precompiled once per source content (a `.mojoc` in the user cache).
 
     MAX precompiles a source directory again for every graph that names it (~5 s each); graphs
     built by this package's functions name this binary instead. Keyed by a hash of every file
     of the kernels and the Mojo toolchain, written atomically (parallel builders are safe).
-    Falls back to the source directory if the precompile is not possible.
+    Falls back to the source directory if the precompile is not possible. Computed once per
+    process (a model calls the graph functions once per layer).
     """
     source = kernels_path()
     digest = hashlib.sha256()
