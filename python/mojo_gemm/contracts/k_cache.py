@@ -254,7 +254,7 @@ def _summary(half: str) -> str:
     )
 
 
-_KV_RULES: tuple[Rule, ...] = (
+_KV_PARAMS_RULES: tuple[Rule, ...] = (
     Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
     Rule("kv_params", "dtype bfloat16 or float8_e4m3fn", _kv_params_dtype, TypeError),
     Rule(
@@ -262,6 +262,11 @@ _KV_RULES: tuple[Rule, ...] = (
         "a plain K/V cache: kv_dim 2, no kvcache_quant_config, no per_layer_buffers",
         _kv_params_plain,
     ),
+)
+"""What both the K/V ops and PagedKVProjection require of the cache parameters."""
+
+_KV_RULES: tuple[Rule, ...] = (
+    *_KV_PARAMS_RULES,
     Rule(
         "scales_granularity_mnk",
         "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
@@ -445,13 +450,7 @@ PAGED_KV_PROJECTION = Contract(
         "and `v_matmul_ragged_paged_scale` (scales_granularity_mnk = (1, block, block))."
     ),
     rules=(
-        Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
-        Rule("kv_params", "dtype bfloat16 or float8_e4m3fn", _kv_params_dtype, TypeError),
-        Rule(
-            "kv_params",
-            "a plain K/V cache: kv_dim 2, no kvcache_quant_config, no per_layer_buffers",
-            _kv_params_plain,
-        ),
+        *_KV_PARAMS_RULES,
         Rule("hidden_size", "a positive int", _positive_int("hidden_size")),
         Rule("layer_idx", "an int in [0, num_layers)", _layer_in_range),
         Rule("dtype", "bfloat16, float16 or float32 (the activations' dtype)",
