@@ -32,7 +32,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-from ._extension import kernels_path
+from ._extension import kernels_package
 from .grouped import grouped_matmul as _grouped_matmul
 from .int4 import Int4WeightValues
 from .int4 import int4_matmul as _int4_matmul
@@ -57,11 +57,16 @@ def _torch() -> Any:
 
 @cache
 def library() -> CustomOpLibrary:
-    """The `CustomOpLibrary` of this package's kernels (loaded once, ~20 s)."""
+    """The `CustomOpLibrary` of this package's kernels (loaded once, ~20 s).
+
+    Built on the precompiled `kernels_package()`, the library the graph functions add to every
+    graph: a process that also loaded the source directory would hold two definitions of each
+    op (on the H200 that crashed MAX's compile, 2026-11-29).
+    """
     _torch()
     from max.experimental.torch import CustomOpLibrary
 
-    return CustomOpLibrary(kernels_path())
+    return CustomOpLibrary(kernels_package())
 
 
 _OPS: dict[tuple, Callable[..., None]] = {}
