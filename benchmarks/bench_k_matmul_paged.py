@@ -379,13 +379,12 @@ def max_graphs(module: Any, device: Any, problems: tuple[Problem, ...],
 
 def compile_graphs(session: Any, module: Any, graphs: dict[Any, Any], what: str) -> dict[Any, Any]:
     """Compiles the graphs of one module together; {key: Model}."""
-    from mojo_gemm import kernels_path
+    from mojo_gemm import kernels_package
 
     t0 = time.perf_counter()
-    # On the H200 (2026-11-29) this call did not return within 330 s for 4 graphs of ours, while
-    # the same module compiles in 27 s for a virtual sm_90a device here: log both ends.
+    # One module per problem, both ends logged: on the H200 each takes ~35 s (2026-11-29 15:26).
     log(f"{what}: compiling {len(graphs)} graphs")
-    compiled = session.compile(module, custom_extensions=[kernels_path()])
+    compiled = session.compile(module, custom_extensions=[kernels_package()])
     log(f"{what}: {len(graphs)} graphs compiled in {time.perf_counter() - t0:.1f}s")
     models = session.init_all(compiled)
     log(f"{what}: models initialized")
@@ -680,7 +679,7 @@ def compile_virtual(arch: str) -> None:
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Module
 
-    from mojo_gemm import kernels_path
+    from mojo_gemm import kernels_package
 
     session = InferenceSession(devices=[CPU(), Accelerator()])
     for what, build in (
@@ -691,7 +690,7 @@ def compile_virtual(arch: str) -> None:
         module = Module()
         graphs = build(module)
         t0 = time.perf_counter()
-        session.compile(module, custom_extensions=[kernels_path()])
+        session.compile(module, custom_extensions=[kernels_package()])
         log(f"{what}: {len(graphs)} graphs compiled for {arch} in {time.perf_counter() - t0:.1f}s")
     log("all GPU graphs compiled")
 

@@ -12,12 +12,14 @@ Public API:
   combine).
 - FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
   `v_matmul_ragged_paged_scale`).
-- `kernels_path`: the Mojo package to pass as `custom_extensions` when needed.
+- `kernels_package`: the precompiled kernels (`.mojoc`) the graph functions add to every graph;
+  pass it as `custom_extensions` to `session.compile` of a multi-graph `Module`. `kernels_path`:
+  their source directory (never both in one process: two definitions of every op).
 - `contracts`: the shape/dtype rules of every op.
 """
 
 from . import contracts
-from ._extension import kernels_path
+from ._extension import kernels_package, kernels_path
 from .fp8_quantize import quantize_fp8_rows
 from .grouped import grouped_matmul
 from .grouped_layer import GroupedLinear
@@ -47,6 +49,7 @@ __all__ = [
     "int4_matmul",
     "interleave_gate_up",
     "k_matmul_ragged_paged_scale",
+    "kernels_package",
     "kernels_path",
     "quantize_fp8_blockwise",
     "quantize_fp8_input",
