@@ -4,7 +4,9 @@ Dispatch (`k_cache_matmul_gpu`), first match wins:
 1. T == 0: nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo).
 3. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
-   (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1).
+   (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
+   from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
+   WGMMA_MIN_TOKENS.
 4. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
 
 `mma_splitk`: warps compute mma.sync m16n8k32 e4m3 tiles (16 tokens on the MMA's M side, 8
@@ -47,6 +49,12 @@ comptime WGMMA_MIN_TOKENS = 128
 to it the mma.sync split-K kernel, whose CTAs cover only 8 or 16 weight rows each, keeps more
 SMs busy (H200, N = 1024, K = 7168: T = 64 took 10.7 us with it; wgmma needed 28 us at T = 128)."""
 comptime WARPS = THREADS // 32
+comptime LARGE_N = 4096
+"""From this many weight rows (e.g. a fused QKV projection) the mma.sync kernel takes CTAs of
+more rows: with N / 8 CTAs of 8 rows the grid runs ~4 waves of short CTAs at N = 8192. H200,
+N = 8192, standalone (benchmarks/mojo/k_cache_decode_bench.mojo): T = 1 20.6 -> 12.5 us (K =
+4096), 37.7 -> 25.8 us (K = 8192) with (MT, NB, U) = (1, 2, 2) and the rows resolved late; T =
+64 42.9 -> 34.8 / 86.4 -> 62.2 us with (4, 4, 1). At N = 1024 both would leave SMs idle."""
 
 
 @always_inline
@@ -101,7 +109,9 @@ def _store_tile[cache_t: KVCacheT, BT: Int, BN: Int](
 
 
 # ------------------------------------------------------------------------ mma.sync split-K
-def _mma_splitk_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int](
+def _mma_splitk_kernel[
+    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool
+](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -116,7 +126,9 @@ def _mma_splitk_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB
     """One CTA: tokens [t0, t0 + 16 MT) x weight rows [n0, n0 + 8 NB), all of K split by warp.
 
     A warp takes U consecutive scale blocks at a time and issues all their loads before the
-    first MMA, so that U * gk/64 * (NB + 2 MT) 16-byte loads per lane are in flight.
+    first MMA, so that U * gk/64 * (NB + 2 MT) 16-byte loads per lane are in flight. late_rows:
+    warp 0 resolves the tokens' cache rows after its loads instead of before them (faster with
+    NB = 2 at large N, slower with NB = 1; measured, not understood).
     """
     comptime BT = 16 * MT
     comptime BN = 8 * NB
@@ -136,7 +148,8 @@ def _mma_splitk_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB
     var N = Int(shape.N)
     var a_stride = Int(shape.a_stride)
     var w_stride = Int(shape.w_stride)
-    _resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
+    comptime if not late_rows:
+        _resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
     var n_kb = ceildiv(K, gk)
@@ -192,6 +205,8 @@ def _mma_splitk_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB
                         var sw1 = w_scale[unsafe_offset=((n + 1) // gn) * Int(shape.ws_stride) + kb] if n + 1 < N else Float32(0)
                         acc[mt * NB + nb] += tmp[mt * NB + nb] * SIMD[F32, 4](sa0 * sw0, sa0 * sw1, sa1 * sw0, sa1 * sw1)
 
+    comptime if late_rows:
+        _resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
     # reduce the warps' partial sums in shared memory: red[warp][row][col]
     comptime for mt in range(MT):
         comptime for nb in range(NB):
@@ -299,12 +314,14 @@ def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     return Int(shape.K) % 16 == 0 and Int(shape.a_stride) % 16 == 0 and Int(shape.w_stride) % 16 == 0
 
 
-def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int](
+def _launch_mma[
+    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool = False
+](
     hidden: Fp8Ptr, offsets: U32Ptr, weight: Fp8Ptr, in_scale: F32Ptr, w_scale: F32Ptr,
     kv_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, k_cache: cache_t, shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, MT, NB, U]
+    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, MT, NB, U, late_rows]
     ctx.enqueue_function[kernel](
         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
         grid_dim=(ceildiv(Int(shape.N), 8 * NB), ceildiv(Int(shape.T), 16 * MT)),
@@ -336,8 +353,15 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
             return
     comptime if gk % 64 == 0:
         if mma_path_supported[gk](shape):
-            if T <= 16:
+            var large_n = Int(shape.N) >= LARGE_N
+            if T <= 16 and large_n:
+                _launch_mma[cache_t, gm, gn, gk, 1, 2, 2, True](
+                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            elif T <= 16:
                 _launch_mma[cache_t, gm, gn, gk, 1, 1, 4](
+                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            elif T <= WGMMA_MIN_TOKENS and large_n:
+                _launch_mma[cache_t, gm, gn, gk, 4, 4, 1](
                     hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
             elif T <= WGMMA_MIN_TOKENS:
                 _launch_mma[cache_t, gm, gn, gk, 2, 2, 2](

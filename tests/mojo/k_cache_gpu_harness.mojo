@@ -335,6 +335,14 @@ def main() raises:
         ctx, "LARGE token tails", 1024, [900, 1000], [0, 17], 0, False, True, 0)
     run_case[DType.float8_e4m3fn, 3, 128, 1, 128, 48, 1, 128, 128](
         ctx, "LARGE many tiles", 1024, rep(5, 1024), rep(5, 0), 0, False, True, 0)
+    # N >= 4096 (LARGE_N): the decode configs with more weight rows per CTA (T <= 16, and
+    # 16 < T <= 128 with token tails), bf16 and fp8 per-head caches
+    run_case[DType.bfloat16, 33, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "large-N decode (mma)", 2048, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 200], 0, False, True, 0)
+    run_case[DType.bfloat16, 33, 128, 1, 128, 16, 1, 64, 128](
+        ctx, "large-N T=100 (mma) gn=64", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 33, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "large-N T=17 fp8 per-head (mma)", 1024, [16, 1], [3, 250], 0, True, True, 0)
     # the V twin: same kernels, V half
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
         ctx, "V decode (mma)", 7168, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 1000], 0, False, True, 0)
