@@ -205,20 +205,6 @@ def reference(hid: np.ndarray, s_in: np.ndarray, w: np.ndarray, s_w: np.ndarray,
     return a @ b.T
 
 
-def ours_config(t: int, n: int) -> str:
-    """The kernel and CTA tile our GPU dispatch takes for granularity (1, 128, 128), dense rows.
-
-    A mirror of the rules in k_cache_matmul/gpu.mojo (WGMMA_MIN_TOKENS = 128; mma.sync CTAs of
-    16 tokens x 8 rows for T <= 16, else 32 x 16) and gpu_wgmma.mojo (LARGE 128x128 tiles when
-    they give >= MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64); it must follow them when
-    they change. Launch details below the tile (clusters, split) are not shown.
-    """
-    if t > 128:
-        large = -(-n // 128) * -(-t // 128) >= 120
-        return "wgmma 128x128" if large else "wgmma 64x64"
-    return "mma.sync 16x8 U4" if t <= 16 else "mma.sync 32x16 U2"
-
-
 # ---------------------------------------------------------------- torch contenders (subprocess)
 def torch_part(out_path: str) -> None:
     """torch _scaled_mm (blockwise) alone and + scatter per problem and T; JSON to out_path."""
@@ -588,8 +574,13 @@ def make_setup(device_kind: str) -> Setup:
 
 def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: str,
              problems: tuple[Problem, ...]) -> None:
-    """Compiles, checks and times our op with a `cache` cache for `problems` into `rows`."""
+    """Compiles, checks and times our op with a `cache` cache for `problems` into `rows`.
+
+    A GPU row records the kernel and CTA tile the op's dispatch launches (`k_cache_gpu_plan`).
+    """
     from max.graph import Module
+
+    from mojo_gemm.k_cache_plan import k_cache_gpu_plan
 
     rng = np.random.default_rng(0 if cache == "bf16" else 2)
     for p in problems:
@@ -612,7 +603,7 @@ def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: 
             row = {"problem": p.name, "N": p.n, "K": p.k, "cache": cache, "T": t,
                    "B": case.batch.sequences, "check_rel_err": err, "ours_us": sec * 1e6,
                    "TBps": p.n * p.k / sec / 1e12, "TFLOPs": 2 * t * p.n * p.k / sec / 1e12,
-                   "config": ours_config(t, p.n) if s.gpu else "cpu"}
+                   "config": k_cache_gpu_plan(t, p.n, p.k, GRAN) if s.gpu else "cpu"}
             rows[p.name, cache, t] = row
             log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
         del pool, d

@@ -130,6 +130,7 @@ struct GroupedMatmulSm100PersistentInplace[
 from extensibility import _MutableInputTensor
 from .k_cache_matmul.entry import kv_matmul_ragged_paged_scale
 from .k_cache_matmul.layout import K_HALF, V_HALF
+from .k_cache_matmul.plan import write_k_cache_gpu_plan
 
 
 @extensibility.register("k_matmul_ragged_paged_scale")
@@ -200,6 +201,34 @@ struct VMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
         ](
             hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
             page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
+        )
+
+
+@extensibility.register("k_matmul_ragged_paged_scale_plan")
+struct KMatmulRaggedPagedScalePlan[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
+    """The H200 launch plan `k_matmul_ragged_paged_scale` (and its V twin) picks, as text
+    (diagnostics), e.g. "wgmma 128x128", "mma.sync MT=1 NB=2 U=2 late", "simt", "none (T=0)".
+
+    Parameters: (gm, gn, gk) as the op's. Shapes: plan uint8 [C] (NUL-padded ASCII, C >= 64);
+    sizes int64 [5] = (T, N, K, a_stride, w_stride) (row strides of hidden_state and weight, K
+    when dense), on the CPU. Runs on any target: the plan is host arithmetic
+    (k_cache_matmul/plan.mojo).
+    """
+
+    @staticmethod
+    def execute[target: StaticString](
+        plan: OutputTensor[dtype=DType.uint8, rank=1, ...],
+        sizes: InputTensor[dtype=DType.int64, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        if sizes.dim_size(0) != 5:
+            raise Error("k_matmul_ragged_paged_scale_plan: sizes must be int64 [5] = (T, N, K, a_stride, w_stride), got ",
+                        sizes.dim_size(0), " elements")
+        var s = sizes.unsafe_ptr()
+        write_k_cache_gpu_plan[Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity](
+            plan.unsafe_ptr().as_unsafe_any_origin(), plan.shape()[0],
+            Int(s[unsafe_offset=0]), Int(s[unsafe_offset=1]), Int(s[unsafe_offset=2]),
+            Int(s[unsafe_offset=3]), Int(s[unsafe_offset=4]),
         )
 
 

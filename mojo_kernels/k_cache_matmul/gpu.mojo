@@ -1,12 +1,15 @@
 """GPU paths of `k_matmul_ragged_paged_scale` (NVIDIA; no per-call allocation) and the dispatch.
 
-Dispatch (`k_cache_matmul_gpu`), first match wins:
-1. T == 0: nothing is launched.
-2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo).
+Dispatch: `k_cache_gpu_plan` picks the launch (a PLAN_* code; `k_cache_gpu_plan_text` names
+it, plan.mojo writes it for the `k_matmul_ragged_paged_scale_plan` op) and `k_cache_matmul_gpu`
+launches what it picked. First match wins:
+1. T == 0 (or N == 0): nothing is launched.
+2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
+   LARGE or SMALL tiles by `wgmma_large_tiles`.
 3. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
-   WGMMA_MIN_TOKENS.
+   WGMMA_MIN_TOKENS (the MMA_* configs).
 4. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
 
 `mma_splitk`: warps compute mma.sync m16n8k32 e4m3 tiles (16 tokens on the MMA's M side, 8
@@ -28,7 +31,7 @@ from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
-from .gpu_wgmma import launch_wgmma, wgmma_path_supported
+from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .layout import (
     F32Ptr,
     Fp8Ptr,
@@ -307,6 +310,46 @@ def _simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
 
 
 # ------------------------------------------------------------------------ dispatch
+@fieldwise_init
+struct MmaConfig(ImplicitlyCopyable, Writable):
+    """Parameters of `_mma_splitk_kernel`: CTAs of 16·mt tokens x 8·nb weight rows, warps taking
+    u scale blocks at a time, rows resolved after the loads (late_rows) or before them."""
+
+    var mt: Int
+    var nb: Int
+    var u: Int
+    var late_rows: Bool
+
+    def write_to(self, mut writer: Some[Writer]):
+        writer.write("mma.sync MT=", self.mt, " NB=", self.nb, " U=", self.u)
+        if self.late_rows:
+            writer.write(" late")
+
+
+comptime MMA_DECODE = MmaConfig(1, 1, 4, False)
+"""T <= 16."""
+comptime MMA_DECODE_LARGE_N = MmaConfig(1, 2, 2, True)
+"""T <= 16, N >= LARGE_N."""
+comptime MMA_MID = MmaConfig(2, 2, 2, False)
+"""16 < T <= WGMMA_MIN_TOKENS."""
+comptime MMA_MID_LARGE_N = MmaConfig(4, 4, 1, False)
+"""16 < T <= WGMMA_MIN_TOKENS, N >= LARGE_N."""
+comptime MMA_PREFILL = MmaConfig(2, 4, 1, False)
+"""T > WGMMA_MIN_TOKENS where the wgmma kernel does not apply (any N)."""
+
+# What `k_cache_gpu_plan` picks (and `k_cache_matmul_gpu` launches).
+comptime PLAN_NONE = 0
+"""T == 0 or N == 0: nothing is launched."""
+comptime PLAN_WGMMA_LARGE = 1
+comptime PLAN_WGMMA_SMALL = 2
+comptime PLAN_MMA_DECODE = 3
+comptime PLAN_MMA_DECODE_LARGE_N = 4
+comptime PLAN_MMA_MID = 5
+comptime PLAN_MMA_MID_LARGE_N = 6
+comptime PLAN_MMA_PREFILL = 7
+comptime PLAN_SIMT = 8
+
+
 def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     """Whether the tensor-core kernel applies: gk % 64 == 0 and 16-byte aligned rows."""
     comptime if gk % 64 != 0:
@@ -314,17 +357,58 @@ def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     return Int(shape.K) % 16 == 0 and Int(shape.a_stride) % 16 == 0 and Int(shape.w_stride) % 16 == 0
 
 
-def _launch_mma[
-    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool = False
-](
+def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
+    """The launch `k_cache_matmul_gpu` makes for this call, a PLAN_* code (the rules in the
+    module docstring). Host arithmetic on T, N, K, a_stride and w_stride only."""
+    var T = Int(shape.T)
+    if T == 0 or Int(shape.N) == 0:
+        return PLAN_NONE
+    comptime if gk % 128 == 0:
+        if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
+            return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
+    comptime if gk % 64 == 0:
+        if mma_path_supported[gk](shape):
+            var large_n = Int(shape.N) >= LARGE_N
+            if T <= 16:
+                return PLAN_MMA_DECODE_LARGE_N if large_n else PLAN_MMA_DECODE
+            if T <= WGMMA_MIN_TOKENS:
+                return PLAN_MMA_MID_LARGE_N if large_n else PLAN_MMA_MID
+            return PLAN_MMA_PREFILL
+    return PLAN_SIMT
+
+
+def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> String:
+    """`k_cache_gpu_plan` as text: "none (T=0)" / "none (N=0)", "wgmma BMxBN" (CTA tile, tokens
+    x weight rows), "mma.sync MT=.. NB=.. U=.." (+ " late"), or "simt"."""
+    var plan = k_cache_gpu_plan[gm, gn, gk](shape)
+    if plan == PLAN_NONE:
+        return String("none (T=0)") if Int(shape.T) == 0 else String("none (N=0)")
+    if plan == PLAN_WGMMA_LARGE:
+        return String(LARGE)
+    if plan == PLAN_WGMMA_SMALL:
+        return String(SMALL)
+    if plan == PLAN_MMA_DECODE:
+        return String(MMA_DECODE)
+    if plan == PLAN_MMA_DECODE_LARGE_N:
+        return String(MMA_DECODE_LARGE_N)
+    if plan == PLAN_MMA_MID:
+        return String(MMA_MID)
+    if plan == PLAN_MMA_MID_LARGE_N:
+        return String(MMA_MID_LARGE_N)
+    if plan == PLAN_MMA_PREFILL:
+        return String(MMA_PREFILL)
+    return String("simt")
+
+
+def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
     hidden: Fp8Ptr, offsets: U32Ptr, weight: Fp8Ptr, in_scale: F32Ptr, w_scale: F32Ptr,
     kv_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, k_cache: cache_t, shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, MT, NB, U, late_rows]
+    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows]
     ctx.enqueue_function[kernel](
         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
-        grid_dim=(ceildiv(Int(shape.N), 8 * NB), ceildiv(Int(shape.T), 16 * MT)),
+        grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt)),
         block_dim=THREADS,
     )
 
@@ -342,37 +426,45 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the kernel for this call's sizes (nothing to do when T == 0)."""
-    var T = Int(shape.T)
-    if T == 0 or Int(shape.N) == 0:
+    """Enqueues the kernel `k_cache_gpu_plan` picks for this call's sizes (nothing when T == 0)."""
+    var plan = k_cache_gpu_plan[gm, gn, gk](shape)
+    if plan == PLAN_NONE:
         return
     comptime if gk % 128 == 0:
-        if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
-            launch_wgmma[gm, gn, gk](
+        if plan == PLAN_WGMMA_LARGE:
+            launch_wgmma[gm, gn, gk, cache_t, LARGE](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+        if plan == PLAN_WGMMA_SMALL:
+            launch_wgmma[gm, gn, gk, cache_t, SMALL](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
             return
     comptime if gk % 64 == 0:
-        if mma_path_supported[gk](shape):
-            var large_n = Int(shape.N) >= LARGE_N
-            if T <= 16 and large_n:
-                _launch_mma[cache_t, gm, gn, gk, 1, 2, 2, True](
-                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            elif T <= 16:
-                _launch_mma[cache_t, gm, gn, gk, 1, 1, 4](
-                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            elif T <= WGMMA_MIN_TOKENS and large_n:
-                _launch_mma[cache_t, gm, gn, gk, 4, 4, 1](
-                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            elif T <= WGMMA_MIN_TOKENS:
-                _launch_mma[cache_t, gm, gn, gk, 2, 2, 2](
-                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            else:
-                _launch_mma[cache_t, gm, gn, gk, 2, 4, 1](
-                    hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+        if plan == PLAN_MMA_DECODE_LARGE_N:
+            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
             return
+        if plan == PLAN_MMA_DECODE:
+            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+        if plan == PLAN_MMA_MID_LARGE_N:
+            _launch_mma[cache_t, gm, gn, gk, MMA_MID_LARGE_N](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+        if plan == PLAN_MMA_MID:
+            _launch_mma[cache_t, gm, gn, gk, MMA_MID](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+        if plan == PLAN_MMA_PREFILL:
+            _launch_mma[cache_t, gm, gn, gk, MMA_PREFILL](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+            return
+    if plan != PLAN_SIMT:
+        raise Error("k_matmul_ragged_paged_scale: no launch for plan ", plan, " (gk = ", gk, ")")
     comptime kernel = _simt_kernel[cache_t, gm, gn, gk]
     ctx.enqueue_function[kernel](
         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
-        grid_dim=(ceildiv(Int(shape.N), S_BN), ceildiv(T, S_BT)),
+        grid_dim=(ceildiv(Int(shape.N), S_BN), ceildiv(Int(shape.T), S_BT)),
         block_dim=THREADS,
     )

@@ -2,9 +2,10 @@
 
 Warp-specialized like shared/mojo-examples/hopper/wgmma_fp8.mojo (verified there): one CTA
 computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
-64 x 64, 256 threads, used when LARGE would leave SMs idle). Warpgroup 0's first thread streams
-BM x 128 and BN x 128 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into
-a 4-stage ring of "full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues
+64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
+gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
+e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
+"full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues
 wgmma m64nBNk32 (4 per K tile) into a per-tile fp32 accumulator, wait for it, release the stage, and
 multiply it by that K block's input_scale (per token) and weight_scale (per column) in fp32
 registers before adding it to the running fp32 result (promotion: Hopper's FP8 tensor cores
@@ -53,11 +54,15 @@ comptime WG_M = 64
 
 
 @fieldwise_init
-struct WgmmaConfig(ImplicitlyCopyable):
+struct WgmmaConfig(ImplicitlyCopyable, Writable):
     """A CTA shape: `consumers` warpgroups of 64 tokens each, times `bn` weight rows."""
 
     var consumers: Int
     var bn: Int
+
+    def write_to(self, mut writer: Some[Writer]):
+        """The plan text: "wgmma BMxBN" (tokens x weight rows per CTA)."""
+        writer.write("wgmma ", self.bm(), "x", self.bn)
 
     def bm(self) -> Int:
         return WG_M * self.consumers
@@ -86,6 +91,7 @@ comptime LARGE = WgmmaConfig(2, 128)
 comptime SMALL = WgmmaConfig(1, 64)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
 comptime MIN_CTAS_FOR_LARGE = 120
+"""LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
 
 
 @__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
@@ -260,7 +266,13 @@ def wgmma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     )
 
 
-def _launch[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
+def wgmma_large_tiles(shape: KCacheShape) -> Bool:
+    """LARGE tiles when they give at least MIN_CTAS_FOR_LARGE CTAs, else SMALL ones."""
+    var ctas = ceildiv(Int(shape.N), LARGE.bn) * ceildiv(Int(shape.T), LARGE.bm())
+    return ctas >= MIN_CTAS_FOR_LARGE
+
+
+def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -273,7 +285,8 @@ def _launch[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    """Builds the two TMA descriptors (host side, no allocation) and launches the kernel."""
+    """Builds the two TMA descriptors (host side, no allocation) and launches the kernel with
+    CTA shape `cfg` (LARGE or SMALL, as `k_cache_gpu_plan` picked by `wgmma_large_tiles`)."""
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)
@@ -298,26 +311,3 @@ def _launch[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
         shared_mem_bytes=SMEM,
         func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
     )
-
-
-def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
-    hidden: Fp8Ptr,
-    offsets: U32Ptr,
-    weight: Fp8Ptr,
-    in_scale: F32Ptr,
-    w_scale: F32Ptr,
-    kv_scale: F32Ptr,
-    cache_lengths: U32Ptr,
-    lut: U32Ptr,
-    k_cache: cache_t,
-    shape: KCacheShape,
-    ctx: DeviceContext,
-) raises:
-    """LARGE tiles when they give at least MIN_CTAS_FOR_LARGE CTAs, else SMALL ones."""
-    var ctas = ceildiv(Int(shape.N), LARGE.bn) * ceildiv(Int(shape.T), LARGE.bm())
-    if ctas >= MIN_CTAS_FOR_LARGE:
-        _launch[gm, gn, gk, cache_t, LARGE](
-            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-    else:
-        _launch[gm, gn, gk, cache_t, SMALL](
-            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)

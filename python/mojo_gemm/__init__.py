@@ -2,12 +2,14 @@
 
 Public API:
 - W4A16 (GPTQ/AWQ int4 weights, op `multistage_gemm_q`): `int4_matmul`, `Int4WeightValues`,
-  `Int4Linear`, `Int4Weight`.
+  `Int4Linear`, `Int4Weight`; `int4_gpu_plan`: the H200 launch plan of a call, computed on the
+  CPU (op `multistage_gemm_q_plan`).
 - MoE grouped GEMM (op `grouped_matmul_sm100_persistent`): `grouped_matmul`, `GroupedLinear`,
   `group_tokens_by_expert`, `ExpertGrouping`, `interleave_gate_up`.
 - FP8 K projection into MAX's paged KV cache (op `k_matmul_ragged_paged_scale`):
   `k_matmul_ragged_paged_scale`, `fp8_dtype_for`, `quantize_fp8_blockwise`,
-  `quantize_fp8_input`, `Fp8Blockwise`, `fp8_buffer`.
+  `quantize_fp8_input`, `Fp8Blockwise`, `fp8_buffer`; `k_cache_gpu_plan`: the H200 launch plan
+  of a call (kernel and CTA tile), computed on the CPU (op `k_matmul_ragged_paged_scale_plan`).
 - MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
   combine).
 - FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
@@ -24,7 +26,9 @@ from .fp8_quantize import quantize_fp8_rows
 from .grouped import grouped_matmul
 from .grouped_layer import GroupedLinear
 from .int4 import Int4WeightValues, int4_matmul
+from .int4_plan import int4_gpu_plan
 from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .k_cache_plan import k_cache_gpu_plan
 from .kv_projection import PagedKVProjection
 from .layers import Int4Linear
 from .moe_block import MoEBlock
@@ -46,8 +50,10 @@ __all__ = [
     "fp8_dtype_for",
     "group_tokens_by_expert",
     "grouped_matmul",
+    "int4_gpu_plan",
     "int4_matmul",
     "interleave_gate_up",
+    "k_cache_gpu_plan",
     "k_matmul_ragged_paged_scale",
     "kernels_package",
     "kernels_path",

@@ -1,0 +1,44 @@
+"""The GPU launch plan of `k_matmul_ragged_paged_scale` (and its V twin) as text, computable on the
+host (any target).
+
+Benchmarks record it per row and tests check it without a GPU: the plan is a pure function of
+(T, N, K, a_stride, w_stride) and the scale granularity, the same function the GPU dispatch
+launches from (`k_cache_gpu_plan` in gpu.mojo).
+"""
+
+from .gpu import k_cache_gpu_plan_text
+from .layout import KCacheShape
+
+comptime _INT32_MAX = 2**31 - 1
+
+
+def write_k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](
+    dst: Pointer[UInt8, MutAnyOrigin], capacity: Int, t: Int, n: Int, k: Int, a_stride: Int, w_stride: Int
+) raises:
+    """Writes the plan for T tokens x N weight rows x K (rows of hidden_state / weight a_stride /
+    w_stride elements apart) as NUL-padded ASCII into dst[0:capacity].
+
+    Raises if the text does not fit (capacity too small), T, N or a stride is negative, K is not
+    positive, or a size does not fit the kernels' Int32 fields.
+    """
+    comptime assert gm > 0 and gn > 0 and gk > 0, "scale granularities must be positive"
+    if t < 0 or n < 0 or k <= 0 or a_stride < 0 or w_stride < 0:
+        raise Error(
+            "k_matmul_ragged_paged_scale_plan: need T, N, a_stride, w_stride >= 0 and K > 0, got T=", t,
+            " N=", n, " K=", k, " a_stride=", a_stride, " w_stride=", w_stride,
+        )
+    if max(t, n, k, a_stride, w_stride) > _INT32_MAX:
+        raise Error("k_matmul_ragged_paged_scale_plan: sizes must fit in Int32, got T=", t, " N=", n, " K=", k,
+                    " a_stride=", a_stride, " w_stride=", w_stride)
+    # only T, K, N and the row strides enter the plan; the cache fields are placeholders
+    var shape = KCacheShape(
+        T=Int32(t), K=Int32(k), N=Int32(n), B=Int32(1), as_stride=Int32(0), ws_stride=Int32(0),
+        lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
+        a_stride=Int32(a_stride), w_stride=Int32(w_stride),
+    )
+    var text = k_cache_gpu_plan_text[gm, gn, gk](shape)
+    var bytes = text.as_bytes()
+    if len(bytes) >= capacity:
+        raise Error("k_matmul_ragged_paged_scale_plan: plan text of ", len(bytes), " bytes exceeds ", capacity)
+    for i in range(capacity):
+        dst[unsafe_offset=i] = bytes[i] if i < len(bytes) else UInt8(0)

@@ -1,0 +1,77 @@
+"""The FP8 K-cache op's H200 launch plan, computed on the CPU from the dispatch's own Mojo code.
+
+Expected strings follow the rules of k_cache_matmul/gpu.mojo (`k_cache_gpu_plan`:
+WGMMA_MIN_TOKENS = 128, LARGE_N = 4096, the MMA_* configs) and gpu_wgmma.mojo
+(`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mojo_gemm import k_cache_gpu_plan
+
+K = 4096
+
+CASES = [
+    # decode: 16-token CTAs of 8 weight rows; from N = LARGE_N 16 rows, rows resolved late
+    (1, 1024, "mma.sync MT=1 NB=1 U=4"),
+    (16, 1024, "mma.sync MT=1 NB=1 U=4"),
+    (1, 8192, "mma.sync MT=1 NB=2 U=2 late"),
+    (16, 8192, "mma.sync MT=1 NB=2 U=2 late"),
+    # 16 < T <= 128: 32 x 16 CTAs, 64 x 32 from N = LARGE_N
+    (64, 1024, "mma.sync MT=2 NB=2 U=2"),
+    (64, 8192, "mma.sync MT=4 NB=4 U=1"),
+    (128, 8192, "mma.sync MT=4 NB=4 U=1"),
+    # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
+    (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
+    (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
+    (256, 8192, "wgmma 128x128"),  # 64 x 2 = 128 CTAs
+    (4096, 1024, "wgmma 128x128"),  # 8 x 32 = 256 CTAs
+    (4096, 8192, "wgmma 128x128"),
+]
+
+
+@pytest.mark.parametrize(("t", "n", "expected"), CASES, ids=[f"T{t}-N{n}" for t, n, _ in CASES])
+def test_default_granularity(t: int, n: int, expected: str) -> None:
+    assert k_cache_gpu_plan(t, n, K) == expected
+
+
+def test_nothing_to_launch() -> None:
+    assert k_cache_gpu_plan(0, 1024, K) == "none (T=0)"
+    assert k_cache_gpu_plan(0, 8192, K, granularity=(1, 128, 64)) == "none (T=0)"
+    assert k_cache_gpu_plan(4, 0, K) == "none (N=0)"
+
+
+def test_gk_64_takes_mma_sync_at_any_t() -> None:
+    # gk % 128 != 0: no wgmma; gk % 64 == 0: the mma.sync kernel, (2, 4, 1) above 128 tokens
+    g = (1, 128, 64)
+    assert k_cache_gpu_plan(1, 1024, K, granularity=g) == "mma.sync MT=1 NB=1 U=4"
+    assert k_cache_gpu_plan(1, 8192, K, granularity=g) == "mma.sync MT=1 NB=2 U=2 late"
+    assert k_cache_gpu_plan(64, 1024, K, granularity=g) == "mma.sync MT=2 NB=2 U=2"
+    assert k_cache_gpu_plan(256, 1024, K, granularity=g) == "mma.sync MT=2 NB=4 U=1"
+    assert k_cache_gpu_plan(4096, 8192, K, granularity=g) == "mma.sync MT=2 NB=4 U=1"
+
+
+@pytest.mark.parametrize("granularity", [(1, 128, 32), (1, 128, 96), (1, 1, 1)])
+def test_gk_not_multiple_of_64_takes_simt(granularity: tuple[int, int, int]) -> None:
+    assert k_cache_gpu_plan(1, 1024, K, granularity=granularity) == "simt"
+    assert k_cache_gpu_plan(4096, 8192, K, granularity=granularity) == "simt"
+
+
+def test_non_dense_rows_skip_wgmma() -> None:
+    # wgmma needs a_stride == w_stride == K; mma.sync needs strides that are multiples of 16
+    assert k_cache_gpu_plan(4096, 1024, K, a_stride=K + 16) == "mma.sync MT=2 NB=4 U=1"
+    assert k_cache_gpu_plan(4096, 1024, K, w_stride=2 * K) == "mma.sync MT=2 NB=4 U=1"
+    assert k_cache_gpu_plan(4096, 1024, K, a_stride=K + 8) == "simt"
+    assert k_cache_gpu_plan(1, 1024, K, a_stride=K + 8) == "simt"
+    assert k_cache_gpu_plan(1, 1024, K + 8) == "simt"  # K % 16 != 0
+
+
+def test_bad_sizes_raise() -> None:
+    with pytest.raises(ValueError, match="k > 0"):
+        k_cache_gpu_plan(1, 1024, 0)
+    with pytest.raises(ValueError, match="t, n, a_stride, w_stride >= 0"):
+        k_cache_gpu_plan(-1, 1024, K)
+    with pytest.raises(ValueError, match="granularity"):
+        k_cache_gpu_plan(1, 1024, K, granularity=(1, 0, 128))
