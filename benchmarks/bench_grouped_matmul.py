@@ -237,7 +237,7 @@ def ours_graph(name: str, device: Any, copies: int, module: Any) -> Any:
     from max.dtype import DType
     from max.graph import BufferType, Graph, TensorType, ops
 
-    from mojo_gemm import kernels_path
+    from mojo_gemm import kernels_package
     from mojo_gemm.grouped import OP_NAME_INPLACE
 
     bf16 = DType.bfloat16
@@ -247,7 +247,7 @@ def ours_graph(name: str, device: Any, copies: int, module: Any) -> Any:
     types += [TensorType(DType.uint32, ["G1"], device), TensorType(DType.int32, ["G"], device),
               TensorType(DType.uint32, [2], device), TensorType(DType.float32, [1], device)]
     params = {"a_plane_split0": 0, "a_plane_split1": 0, "swiglu": False, "has_row_scale": False}
-    with Graph(name, input_types=types, custom_extensions=[kernels_path()], module=module) as g:
+    with Graph(name, input_types=types, custom_extensions=[kernels_package()], module=module) as g:
         vals = list(g.inputs)
         a_s, b_s, c_s = vals[:copies], vals[copies:2 * copies], vals[2 * copies:3 * copies]
         offs, ids, stats, scale = (v.tensor for v in vals[3 * copies:])
@@ -286,12 +286,12 @@ def compile_models(session: Any, build: Callable[[Any], list[Any]], ours: bool) 
     graph; `ours`: with our kernel package), returns {graph name: Model}."""
     from max.graph import Module
 
-    from mojo_gemm import kernels_path
+    from mojo_gemm import kernels_package
 
     module = Module()
     names = [g.name for g in build(module)]
     t0 = time.perf_counter()
-    compiled = session.compile(module, custom_extensions=[kernels_path()] if ours else [])
+    compiled = session.compile(module, custom_extensions=[kernels_package()] if ours else [])
     models = session.init_all(compiled)
     log(f"compiled {', '.join(names)} in {time.perf_counter() - t0:.1f}s")
     return {name: models[name] for name in names}

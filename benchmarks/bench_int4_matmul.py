@@ -84,12 +84,12 @@ def ours_graph(device: Any, dtype: Any, copies: int) -> Any:
     from max.dtype import DType
     from max.graph import Graph, TensorType, ops
 
-    from mojo_gemm import kernels_path
+    from mojo_gemm import kernels_package
 
     types = [TensorType(dtype, ["m", "kp"], device) for _ in range(copies)]
     types += [TensorType(DType.uint32, ["nb", "kw"], device) for _ in range(copies)]
     types += [TensorType(dtype, ["g", "np"], device) for _ in range(copies)]
-    with Graph("int4_bench", input_types=types, custom_extensions=[kernels_path()]) as g:
+    with Graph("int4_bench", input_types=types, custom_extensions=[kernels_package()]) as g:
         vals = [v.tensor for v in g.inputs]
         xs, qs, ss = vals[:copies], vals[copies:2 * copies], vals[2 * copies:]
         outs = []

@@ -17,7 +17,7 @@ from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, ops
 
-from mojo_gemm import kernels_path
+from mojo_gemm import kernels_package
 from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
 from mojo_gemm.quant.int4_layout import pack_codes, padded_shape, permute_group_params
 
@@ -66,7 +66,8 @@ def build_graph(dev: DeviceRef) -> Graph:
         input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
         if cfg.has_zeros:
             input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
-    with Graph("int4_gemm_test", input_types=input_types, custom_extensions=[kernels_path()]) as g:
+    with Graph("int4_gemm_test", input_types=input_types,
+               custom_extensions=[kernels_package()]) as g:
         inputs = iter(v.tensor for v in g.inputs)
         xs = {dt: next(inputs) for dt in DTYPES}
         qweight = next(inputs)
