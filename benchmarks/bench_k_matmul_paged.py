@@ -14,6 +14,9 @@ non-zero cache lengths), page size 128, scale granularity (1, 128, 128), a bf16 
   MAX's op is timed by a one-op graph where one call takes > ONE_OP_S, and always for N >
   MAX_MULTI_OP_N (a call takes >= ~1.5 ms there, so the per-call overhead is ~2 %): its slow
   shapes (~0.7 s per call at N = 8192, K = 8192, T = 4096) cost a few calls, not R per rep.
+- kernel_us (ours, diagnostic): the median device duration of our kernels in one execute of
+  the timed graph (CUPTI trace via torch.profiler): through MAX 26.7's runtime a ~5 µs kernel
+  costs 11-15 µs per op (RESULTS.md, "k_cache graph per-op floor probes").
 - Every timed shape of ours is checked first: the rows of up to CHECK_ROWS sampled tokens in
   the first and last layer are poisoned (NaN), the timed graph runs once, and the rows (on
   CHECK_HEADS sampled heads) must match float64 numpy of the dequantized operands within TOL;
@@ -604,6 +607,8 @@ def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: 
                    "B": case.batch.sequences, "check_rel_err": err, "ours_us": sec * 1e6,
                    "TBps": p.n * p.k / sec / 1e12, "TFLOPs": 2 * t * p.n * p.k / sec / 1e12,
                    "config": k_cache_gpu_plan(t, p.n, p.k, GRAN) if s.gpu else "cpu"}
+            if s.gpu:
+                row["kernel_us"] = harness.trace_kernel_us(models[p.name], case.args, s.sync)
             rows[p.name, cache, t] = row
             log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
         del pool, d
@@ -776,14 +781,15 @@ def main() -> None:
     print(json.dumps(summary, indent=1), flush=True)
     harness.record(
         "k_matmul_paged_gpu", table,
-        ["problem", "cache", "T", "B", "ours_us", "TBps", "TFLOPs", "max_us", "x_max",
-         "torch_us", "torch_scatter_us", "x_torch", "x_torch_scatter", "config"],
+        ["problem", "cache", "T", "B", "ours_us", "kernel_us", "TBps", "TFLOPs", "max_us",
+         "x_max", "torch_us", "torch_scatter_us", "x_torch", "x_torch_scatter", "config"],
         method=f"ours and MAX's op: graph of R={R} ops on distinct hidden copies, op i writing "
                "layer i of one paged cache, rotated weight copies, median (execute+sync)/R "
                f"(MAX: one-op graph above {ONE_OP_S * 1e3:.0f} ms per call and for N > "
                f"{MAX_MULTI_OP_N}); torch: do_bench median, L2 flushed, _scaled_mm blockwise "
                "(T padded to 4) alone and + index_copy_ into the cache layout; granularity "
-               "(1, 128, 128), page 128, TBps on fp8 weight bytes",
+               "(1, 128, 128), page 128, TBps on fp8 weight bytes; kernel_us: median device "
+               "duration of our kernels in one execute of the same graph (CUPTI trace)",
         extra={"bars": summary, "skipped": SKIPPED,
                "elapsed_s": round(time.perf_counter() - T0, 1)},
     )

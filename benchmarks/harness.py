@@ -5,6 +5,7 @@
   are smaller than L2 (60 MB) so L2 does not serve them; median over runs of
   (execute + synchronize) / R, after warm-up. `call_us` is one op per graph, as a user sees it.
 - torch contenders: triton.testing.do_bench(warmup=25, rep=100, median), which flushes L2.
+- In-graph kernel time (diagnostic): `trace_kernel_us`, a CUPTI trace of one execute.
 - Results: a JSON file per run under benchmarks/out/ and a markdown table appended to
   benchmarks/RESULTS.md with the date, device and versions.
 """
@@ -76,6 +77,30 @@ def time_max_host(model: Any, args: Sequence[Any], copies: int,
         samples.append(time.perf_counter() - t)
         synchronize()
     return statistics.median(samples) / copies
+
+
+def trace_kernel_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
+                    name_part: str = "mojo_kernels") -> float | None:
+    """Median device duration (µs) of the kernels whose name contains `name_part` in one
+    execute of `model`, from a CUPTI trace (torch.profiler sees the launches of MAX's stream
+    too). The kernel's own time inside the graph, next to the graph method's per-op time.
+    None when torch is missing or the trace has no such kernel."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    model.execute(*args)
+    synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model.execute(*args)
+            synchronize()
+    except (RuntimeError, OSError, AssertionError) as e:  # diagnostic: never lose the row
+        print(f"trace_kernel_us: no trace ({e!r})"[:300], flush=True)
+        return None
+    spans = [e.time_range.end - e.time_range.start for e in prof.events()
+             if e.device_type.name == "CUDA" and name_part in e.name]
+    return statistics.median(spans) if spans else None
 
 
 def torch_do_bench(fn: Callable[[], Any]) -> float:
