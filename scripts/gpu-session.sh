@@ -3,7 +3,7 @@
 # pytest processes (graph compiles dominate; timing is not measured by tests), then the named
 # parts. Logs, RESULTS.md and benchmark JSON go to $OUT (or ./gpu-session-out).
 #   scripts/gpu-session.sh tests            # gpu tests only
-#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example
+#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example graph-floor diag
 # Run from the repository root with PYTHONPATH=/root/site:$PWD/python and MAX's bin on PATH.
 set -uo pipefail
 out=${OUT:-gpu-session-out}
@@ -36,6 +36,12 @@ for part in "$@"; do
     example)
       timeout 300 python examples/moe_decoder.py --device gpu > "$out/example_gpu.log" 2>&1
       echo "rc=$?" >> "$out/example_gpu.log"; tail -8 "$out/example_gpu.log" ;;
+    graph-floor)
+      timeout 300 python benchmarks/graph_floor.py > "$out/graph_floor.log" 2>&1
+      echo "rc=$?" >> "$out/graph_floor.log"; tail -12 "$out/graph_floor.log" ;;
+    diag)
+      timeout 400 python scripts/decoder_diagnosis.py --device gpu > "$out/decoder_diagnosis.log" 2>&1
+      echo "rc=$?" >> "$out/decoder_diagnosis.log"; tail -8 "$out/decoder_diagnosis.log" ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
   cp benchmarks/RESULTS.md "$out/" 2>/dev/null
