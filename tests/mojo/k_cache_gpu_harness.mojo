@@ -238,7 +238,7 @@ def bits[dt: DType](x: Scalar[dt]) -> Int:
 
 
 def quant_case[in_dtype: DType, block: Int](ctx: DeviceContext, T: Int, H: Int, iters: Int) raises:
-    """quantize_fp8_rows on the GPU vs the CPU: data bits and scales must be identical."""
+    """Checks quantize_fp8_rows on the GPU against the CPU: data bits and scales must be identical."""
     var nkb = ceildiv(H, block)
     var rng = Rng(UInt64(T * 31 + H))
     var h_x = unsafe_alloc[Scalar[in_dtype]](max(T * H, 1))
