@@ -19,10 +19,11 @@ _CANDIDATES = (_HERE / "mojo_kernels", _HERE.parents[1] / "mojo_kernels")
 
 
 def kernels_path() -> Path:
-    """The directory of the Mojo package (holds `__init__.mojo`) to hand to MAX.
+    """The directory of the Mojo package's sources (holds `__init__.mojo`).
 
-    Pass it as `custom_extensions=[kernels_path()]` to `Graph(...)`, `session.load` or
-    `Module.compile`; the graph functions of this package also add it to the current graph.
+    For custom_extensions use `kernels_package()`, the precompiled form that this package's
+    graph functions add to every graph: one process must not load both (two definitions of
+    every op; on the H200 that crashed MAX's compile, 2026-11-29).
     """
     for candidate in _CANDIDATES:
         if (candidate / "__init__.mojo").is_file():
