@@ -32,7 +32,7 @@ H = 1024
 T_VALUES = (1, 16)
 
 
-def elementwise_graph(name: str, device: Any, build: Callable[..., Any], arity: int) -> Any:
+def repeated_op_graph(name: str, device: Any, build: Callable[..., Any], arity: int) -> Any:
     """R independent ops `build(*inputs)` on bf16 [T, H] inputs (a weight [H, H] for matmul)."""
     from max.dtype import DType
     from max.graph import Graph, TensorType
@@ -78,7 +78,7 @@ def main() -> None:
     }
     for name, (build, arity) in kinds.items():
         t0 = time.perf_counter()
-        model = session.load(elementwise_graph(name, dev, build, arity))
+        model = session.load(repeated_op_graph(name, dev, build, arity))
         compile_s = time.perf_counter() - t0
         for t in T_VALUES:
             args = [bf16((H, H) if (name == "max_matmul" and j % 2) else (t, H))

@@ -5,6 +5,7 @@ the plan is a pure function of (M, N, Kp, group size, zeros) on an H200 (SM90 sh
 budget), the same function the GPU dispatch uses (`int4_gemm_gpu_config`).
 """
 
+from ..common.plan_text import write_nul_padded
 from .gpu_dispatch import int4_gemm_gpu_config
 
 
@@ -17,9 +18,5 @@ def write_int4_gpu_plan(
     """
     if m <= 0 or n <= 0 or kp <= 0:
         raise Error("multistage_gemm_q_plan: sizes must be positive, got M=", m, " N=", n, " Kp=", kp)
-    var text = int4_gemm_gpu_config(m, n, kp, group_size, has_zeros)
-    var bytes = text.as_bytes()
-    if len(bytes) >= capacity:
-        raise Error("multistage_gemm_q_plan: plan text of ", len(bytes), " bytes exceeds ", capacity)
-    for i in range(capacity):
-        dst[i] = bytes[i] if i < len(bytes) else UInt8(0)
+    write_nul_padded(dst, capacity, int4_gemm_gpu_config(m, n, kp, group_size, has_zeros),
+                     "multistage_gemm_q_plan")

@@ -6,6 +6,7 @@ Benchmarks record it per row and tests check it without a GPU: the plan is a pur
 launches from (`k_cache_gpu_plan` in gpu.mojo).
 """
 
+from ..common.plan_text import write_nul_padded
 from .gpu import k_cache_gpu_plan_text
 from .layout import KCacheShape
 
@@ -36,9 +37,5 @@ def write_k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](
         lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
         a_stride=Int32(a_stride), w_stride=Int32(w_stride),
     )
-    var text = k_cache_gpu_plan_text[gm, gn, gk](shape)
-    var bytes = text.as_bytes()
-    if len(bytes) >= capacity:
-        raise Error("k_matmul_ragged_paged_scale_plan: plan text of ", len(bytes), " bytes exceeds ", capacity)
-    for i in range(capacity):
-        dst[unsafe_offset=i] = bytes[i] if i < len(bytes) else UInt8(0)
+    write_nul_padded(dst, capacity, k_cache_gpu_plan_text[gm, gn, gk](shape),
+                     "k_matmul_ragged_paged_scale_plan")
