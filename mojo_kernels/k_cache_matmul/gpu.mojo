@@ -32,6 +32,8 @@ from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
+from .gpu_wgmma_decode import DecodeConfig, MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
+from std.sys.defines import get_defined_int
 from .layout import (
     F32Ptr,
     Fp8Ptr,
@@ -348,6 +350,8 @@ comptime PLAN_MMA_MID = 5
 comptime PLAN_MMA_MID_LARGE_N = 6
 comptime PLAN_MMA_PREFILL = 7
 comptime PLAN_SIMT = 8
+comptime PLAN_WGMMA_DECODE = 9
+comptime DECODE_MIN_CTAS = get_defined_int["KC_DEC_MIN_CTAS", 100]()
 
 
 def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
@@ -366,6 +370,8 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
     comptime if gk % 128 == 0:
         if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
             return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
+        if T <= MAX_TOKENS and ceildiv(Int(shape.N), ROWS) >= DECODE_MIN_CTAS and wgmma_path_supported[gk](shape):
+            return PLAN_WGMMA_DECODE
     comptime if gk % 64 == 0:
         if mma_path_supported[gk](shape):
             var large_n = Int(shape.N) >= LARGE_N
@@ -387,6 +393,8 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Stri
         return String(LARGE)
     if plan == PLAN_WGMMA_SMALL:
         return String(SMALL)
+    if plan == PLAN_WGMMA_DECODE:
+        return String(decode_config(Int(shape.T)))
     if plan == PLAN_MMA_DECODE:
         return String(MMA_DECODE)
     if plan == PLAN_MMA_DECODE_LARGE_N:
@@ -439,6 +447,15 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
             launch_wgmma[gm, gn, gk, cache_t, SMALL](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
             return
+        if plan == PLAN_WGMMA_DECODE:
+            var tn = decode_config(Int(shape.T)).tn
+            comptime for i in range(4):
+                comptime cfg = decode_config(8 << i)
+                if tn == cfg.tn:
+                    launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,
+                        shape, ctx)
+                    return
     comptime if gk % 64 == 0:
         if plan == PLAN_MMA_DECODE_LARGE_N:
             _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](

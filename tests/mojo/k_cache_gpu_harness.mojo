@@ -18,7 +18,8 @@ from std.utils.index import IndexList
 from std.math import ceildiv
 
 from mojo_kernels.k_cache_matmul.entry import kv_matmul_ragged_paged_scale
-from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF
+from mojo_kernels.k_cache_matmul.gpu import k_cache_gpu_plan_text
+from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF, KCacheShape
 from mojo_kernels.fp8_quant.launcher import quantize_fp8_rows
 
 comptime U8 = DType.uint8
@@ -161,6 +162,12 @@ def run_case[
     ctx.synchronize()
     print("==", name, ": half", "K" if half == K_HALF else "V", " T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
           " cache", cache_dtype, " pad", pad)
+    var plan_shape = KCacheShape(
+        T=Int32(T), K=Int32(K), N=Int32(N), B=Int32(B), as_stride=Int32(0), ws_stride=Int32(0),
+        lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
+        a_stride=Int32(K), w_stride=Int32(K),
+    )
+    print("   plan:", k_cache_gpu_plan_text[gm, gn, gk](plan_shape))
 
     if check:
         var g_arena = unsafe_alloc[Scalar[cache_dtype]](arena_len)
@@ -343,6 +350,21 @@ def main() raises:
         ctx, "large-N T=100 (mma) gn=64", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
     run_case[DType.float8_e4m3fn, 33, 128, 1, 128, 16, 1, 128, 128](
         ctx, "large-N T=17 fp8 per-head (mma)", 1024, [16, 1], [3, 250], 0, True, True, 0)
+    # N / 64 >= 100 CTAs and T <= 64: the swap-AB wgmma decode kernel (gpu_wgmma_decode.mojo):
+    # tn = 8 / 16 / 32 / 64, pages crossed, fp8 per-head cache, head_dim 96 (N tail of 32 rows,
+    # K tail), padded page_stride (unaligned rows: scalar stores), bad lookup-table entries
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "swap-AB decode T=8", 2048, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 200], 0, False, True, 0)
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "swap-AB T=16 padded", 1024, [9, 0, 7], [120, 4, 0], 4, False, True, 0)
+    run_case[DType.float8_e4m3fn, 56, 128, 1, 128, 16, 1, 64, 128](
+        ctx, "swap-AB T=31 fp8 per-head gn=64", 2048, [16, 1, 14], [3, 250, 0], 0, True, True, 0)
+    run_case[DType.bfloat16, 67, 96, 1, 128, 16, 1, 128, 128](
+        ctx, "swap-AB T=64 D=96 N tail K tail", 1088, [30, 34], [100, 0], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "swap-AB T=1 fp8 per-tensor", 4096, rep(1, 1), rep(1, 129), 0, False, True, 0)
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "bad lut (swap-AB)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
     # the V twin: same kernels, V half
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
         ctx, "V decode (mma)", 7168, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 1000], 0, False, True, 0)

@@ -1,0 +1,331 @@
+"""Hopper (sm_90a) decode path of `k_matmul_ragged_paged_scale` for many weight rows: swap-AB
+TMA + wgmma FP8.
+
+At decode (few tokens) the weight is the whole cost, so the kernel puts the WEIGHT on wgmma's
+M side (64 rows per CTA, A operand) and the tokens on its N side (B operand, n = `tn` in
+{8, 16, 32, 64}): one CTA streams its 64 x K weight rows through a deep TMA ring (`stages` of
+64 x 128 e4m3 weight + tn x 128 e4m3 tokens, 128-byte swizzle) while the token tile, the same
+for every CTA, is served by L2. With N / 64 CTAs and one CTA per SM (e.g. N = 8192: 128 CTAs),
+every SM keeps `stages` x 8 KB of weight in flight, which is what HBM latency needs; the
+mma.sync split-K kernel (gpu.mojo) holds its in-flight bytes in registers instead and stops
+at ~2.6 TB/s there.
+
+Warp-specialized like gpu_wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
+"full"/"empty" mbarriers; `consumers` warpgroups take the K tiles round-robin (two hide each
+other's wgmma -> wait -> promote chain), each with its own fp32 accumulator. Per K tile (one
+128-wide scale block): 4 wgmma m64n{tn}k32 into a block accumulator, wait, release the stage,
+then promotion in fp32 registers, acc += block · weight_scale[row] · input_scale[token]
+(Hopper's FP8 tensor cores accumulate with reduced precision; no sum longer than one block
+stays inside them). Epilogue: the consumers' accumulators go to shared memory (token-major),
+one CTA barrier, then 16-byte stores of each token's 64-column row segment into its paged
+cache slot (scalar stores when the slot address or the N tail forbid a vector). Rows past T,
+skipped tokens and columns past N are not written. TMA zero-fills the tails of T, N and K.
+
+Requirements: those of `wgmma_path_supported` (gk % 128 == 0, K % 16 == 0, dense rows).
+"""
+
+from std.math import ceildiv
+from std.memory import stack_allocation
+from std.sys import size_of
+from std.sys.defines import get_defined_int
+from std.utils.index import Index
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
+from max.gpu.host import DeviceContext, FuncAttribute
+from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
+from max.gpu.memory import AddressSpace, external_memory
+from layout import Coord, TileTensor, row_major
+from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
+from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
+from kv_cache.types import KVCacheT
+
+from .gpu_wgmma import BK, SW
+from .layout import (
+    F32Ptr,
+    Fp8Ptr,
+    KCacheShape,
+    U32Ptr,
+    find_sequence,
+    is_fp8_cache,
+    slot_is_valid,
+    store_cast,
+    token_position,
+)
+
+comptime F32 = DType.float32
+comptime FP8 = DType.float8_e4m3fn
+comptime ROWS = 64
+"""Weight rows per CTA (wgmma M)."""
+comptime W_TILE = ROWS * BK
+"""Bytes of one stage's weight tile."""
+comptime MAX_TOKENS = 64
+"""Most tokens one CTA takes (the largest `tn`); `k_cache_gpu_plan` sends larger T elsewhere."""
+
+
+@fieldwise_init
+struct DecodeConfig(ImplicitlyCopyable, Writable):
+    """A swap-AB CTA: 64 weight rows x `tn` tokens, a ring of `stages` K tiles, `consumers`
+    warpgroups taking the K tiles round-robin."""
+
+    var tn: Int
+    var stages: Int
+    var consumers: Int
+
+    def write_to(self, mut writer: Some[Writer]):
+        """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA)."""
+        writer.write("wgmma swap-AB ", ROWS, "x", self.tn, " s=", self.stages, " c=", self.consumers)
+
+    def threads(self) -> Int:
+        return 128 * (1 + self.consumers)
+
+    def x_tile(self) -> Int:
+        return self.tn * BK
+
+    def out_bytes(self) -> Int:
+        """fp32 accumulators of all consumers, token-major."""
+        return self.consumers * self.tn * ROWS * 4
+
+    def smem_bytes(self) -> Int:
+        # ring | accumulators | resolved rows (b, pos) per token | full + empty barriers
+        return self.stages * (W_TILE + self.x_tile()) + self.out_bytes() + 8 * self.tn + 16 * self.stages
+
+
+comptime DECODE_STAGES = get_defined_int["KC_DEC_STAGES", 8]()
+"""Ring depth: 8 x 8 KB of weight in flight per SM (H200: ~4.2 MB over 128 SMs, about HBM
+bandwidth x loaded latency)."""
+comptime DECODE_CONSUMERS = get_defined_int["KC_DEC_CONS", 2]()
+
+
+def decode_config(t: Int) -> DecodeConfig:
+    """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64} holding them (T <= 64)."""
+    var tn = 8
+    while tn < t and tn < MAX_TOKENS:
+        tn *= 2
+    return DecodeConfig(tn, DECODE_STAGES, DECODE_CONSUMERS)
+
+
+@__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
+@__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(cfg.threads())),
+    `nvvm.minctasm`=SIMDLength(1),
+)
+def _wgmma_decode_kernel[
+    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: DecodeConfig,
+    w_tile: Coord, w_desc: Coord, x_tile: Coord, x_desc: Coord,
+](
+    w_tma: TMATensorTile[FP8, w_tile, w_desc],
+    x_tma: TMATensorTile[FP8, x_tile, x_desc],
+    offsets: U32Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+):
+    comptime TN = cfg.tn
+    comptime STAGES = cfg.stages
+    comptime X_TILE = cfg.x_tile()
+    comptime STAGE_BYTES = W_TILE + X_TILE
+    comptime FRAG = ROWS * TN // 128
+    comptime w_layout = tile_layout_k_major_typed[FP8, ROWS, BK, SW]
+    comptime x_layout = tile_layout_k_major_typed[FP8, TN, BK, SW]
+    comptime page_size = cache_t.page_size_
+    comptime head_dim = cache_t.kv_params.head_size
+    var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
+    var w_smem = smem
+    var x_smem = smem.unsafe_offset(STAGES * W_TILE)
+    var out_sh = smem.unsafe_offset(STAGES * STAGE_BYTES).unsafe_bitcast[Float32]()
+    var rows = out_sh.unsafe_offset(cfg.consumers * TN * ROWS).unsafe_bitcast[Int32]()
+    var full = rows.unsafe_offset(2 * TN).unsafe_bitcast[SharedMemBarrier]()
+    var empty = full.unsafe_offset(STAGES)
+
+    var tid = thread_idx.x
+    if tid == 0:
+        comptime for s in range(STAGES):
+            full[unsafe_offset=s].init(1)
+            empty[unsafe_offset=s].init(1)  # the one consumer that took the stage
+    barrier()
+
+    var K = Int(shape.K)
+    var T = Int(shape.T)
+    var N = Int(shape.N)
+    var num_k_tiles = ceildiv(K, BK)
+    var n0 = block_idx.x * ROWS
+    var t0 = block_idx.y * TN
+    var wg = tid // 128
+
+    if wg == 0:
+        warpgroup_reg_dealloc[40]()
+        if tid < 32:  # warp 0 waits for free stages; its first lane issues the copies
+            for kt in range(num_k_tiles):
+                var s = kt % STAGES
+                if kt >= STAGES:
+                    empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
+                if tid == 0:
+                    full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                    var w_dst = TileTensor(w_smem.unsafe_offset(s * W_TILE), w_layout)
+                    var x_dst = TileTensor(x_smem.unsafe_offset(s * X_TILE), x_layout)
+                    w_tma.async_copy(w_dst, full[unsafe_offset=s], (kt * BK, n0))
+                    x_tma.async_copy(x_dst, full[unsafe_offset=s], (kt * BK, t0))
+        elif tid >= 32 and tid < 32 + TN:
+            # warps 1.. resolve each token's cache slot while the ring fills (read after the
+            # barrier below)
+            var tl = tid - 32
+            var t = t0 + tl
+            var b = -1
+            var pos = 0
+            if t < T:
+                b = find_sequence(offsets, Int(shape.B), t)
+                if b >= 0:
+                    pos = token_position(offsets, cache_lengths, b, t)
+                    if not slot_is_valid[page_size](lut, shape, b, pos):
+                        b = -1
+            rows[unsafe_offset=2 * tl] = Int32(b)
+            rows[unsafe_offset=2 * tl + 1] = Int32(pos)
+        barrier()  # the consumers' accumulators are in shared memory; they store them
+        return
+
+    warpgroup_reg_alloc[232]()
+    var c = wg - 1
+    var ltid = tid - 128 * wg
+    var ctid = tid - 128
+    var warp = ltid // 32
+    var lane = ltid % 32
+
+    # fragment register 4j + q: weight row n0 + r_lo (q < 2) or r_hi, token t0 + 8j + 2 (lane % 4)
+    # + q % 2
+    var r_lo = 16 * warp + lane // 4
+    var n_lo = n0 + r_lo
+    var n_hi = n_lo + 8
+    var tq = t0 + 2 * (lane % 4)
+    var accum = TileTensor(
+        stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+    )
+    var tmp = TileTensor(
+        stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+    )
+    comptime for i in range(FRAG):
+        accum[0, i] = 0
+    var mma = TensorCoreAsync[
+        F32, FP8, FP8, Index(ROWS, TN, 32), a_swizzle=SW, b_swizzle=SW, transpose_b=True
+    ]()
+    var as_stride = Int(shape.as_stride)
+    var ws_stride = Int(shape.ws_stride)
+    # every consumer runs the same trip count (a loop bound depending on c makes ptxas serialize
+    # the wgmmas, C7520); on the last round a consumer without a tile of its own repeats the last
+    # one with its scales zeroed and does not release it
+    for it in range(ceildiv(num_k_tiles, cfg.consumers)):
+        var own = it * cfg.consumers + c
+        var mine = own < num_k_tiles
+        var kt = own if mine else num_k_tiles - 1
+        var s = kt % STAGES
+        var kb = (kt * BK) // gk
+        # this block's scales, loaded before waiting for the tiles
+        var sw_lo = w_scale[unsafe_offset=(n_lo // gn) * ws_stride + kb] if n_lo < N else Float32(0)
+        var sw_hi = w_scale[unsafe_offset=(n_hi // gn) * ws_stride + kb] if n_hi < N else Float32(0)
+        if not mine:
+            sw_lo = 0
+            sw_hi = 0
+        var sa = SIMD[F32, FRAG // 2]()
+        comptime for j in range(TN // 8):
+            comptime for p in range(2):
+                var t = tq + 8 * j + p
+                sa[2 * j + p] = in_scale[unsafe_offset=kb * as_stride + t // gm] if t < T else Float32(0)
+        full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
+        comptime for i in range(FRAG):
+            tmp[0, i] = 0
+        var w_t = TileTensor(w_smem.unsafe_offset(s * W_TILE), w_layout)
+        var x_t = TileTensor(x_smem.unsafe_offset(s * X_TILE), x_layout)
+        warpgroup_fence(tmp)
+        mma.arrive()
+        mma.wgmma(w_t, x_t, tmp)
+        mma.commit_group()
+        warpgroup_fence(tmp)
+        mma.wait_group[0]()
+        if ltid == 0 and mine:
+            _ = empty[unsafe_offset=s].arrive()
+        comptime for j in range(TN // 8):
+            comptime for q in range(4):
+                comptime i = 4 * j + q
+                var sw = sw_lo if q < 2 else sw_hi
+                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * j + q % 2])
+
+    # epilogue: accumulators to shared memory as out[c][token][row], then rows to the cache
+    var out_c = out_sh.unsafe_offset(c * TN * ROWS)
+    comptime for j in range(TN // 8):
+        comptime for q in range(4):
+            var tl = 8 * j + 2 * (lane % 4) + q % 2
+            var rl = r_lo + 8 * (q // 2)
+            out_c[unsafe_offset=tl * ROWS + rl] = rebind[Float32](accum[0, 4 * j + q])
+    barrier()
+
+    comptime VEC = 16 // size_of[cache_t.dtype]()
+    comptime CHUNKS = ROWS // VEC
+    for e in range(ctid, TN * CHUNKS, 128 * cfg.consumers):
+        var tl = e // CHUNKS
+        var b = Int(rows[unsafe_offset=2 * tl])
+        if b < 0:
+            continue
+        var nl = (e % CHUNKS) * VEC
+        var n = n0 + nl
+        if n >= N:
+            continue
+        var v = out_sh.unsafe_offset(tl * ROWS + nl).unsafe_load[width=VEC]()
+        comptime for cc in range(1, cfg.consumers):
+            v += out_sh.unsafe_offset((cc * TN + tl) * ROWS + nl).unsafe_load[width=VEC]()
+        comptime if is_fp8_cache[cache_t.dtype]():
+            if Int(shape.n_kv_scale) > 1:
+                comptime for i in range(VEC):
+                    v[i] = v[i] / kv_scale[unsafe_offset=min(n + i, N - 1) // head_dim]
+            else:
+                v = v / kv_scale[unsafe_offset=0]
+        var out = store_cast[cache_t.dtype, VEC](v)
+        var dst = k_cache.block_paged_ptr[1](b, Int(rows[unsafe_offset=2 * tl + 1]), 0, 0).unsafe_offset(n)
+        if n + VEC <= N and Int(dst) % 16 == 0:
+            dst.unsafe_store[alignment=16](0, out)
+        else:
+            comptime for i in range(VEC):
+                if n + i < N:
+                    dst[unsafe_offset=i] = out[i]
+
+
+def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: DecodeConfig](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """Builds the two TMA descriptors (host side, no allocation) and launches ceil(N / 64) x
+    ceil(T / tn) CTAs of shape `cfg` (from `decode_config`)."""
+    var T = Int(shape.T)
+    var K = Int(shape.K)
+    var N = Int(shape.N)
+    comptime SMEM = cfg.smem_bytes()
+    var w_tma = create_tma_tile[ROWS, BK, swizzle_mode=SW](
+        ctx, TileTensor(ptr=weight, layout=row_major(N, K))
+    )
+    var x_tma = create_tma_tile[cfg.tn, BK, swizzle_mode=SW](
+        ctx, TileTensor(ptr=hidden, layout=row_major(T, K))
+    )
+    comptime kernel = _wgmma_decode_kernel[
+        cache_t, gm, gn, gk, cfg,
+        type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
+        type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
+    ]
+    ctx.enqueue_function[kernel](
+        w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        grid_dim=(ceildiv(N, ROWS), ceildiv(T, cfg.tn)),
+        block_dim=cfg.threads(),
+        shared_mem_bytes=SMEM,
+        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+    )
