@@ -1,8 +1,9 @@
 """The FP8 K-cache op's H200 launch plan, computed on the CPU from the dispatch's own Mojo code.
 
 Expected strings follow the rules of k_cache_matmul/gpu.mojo (`k_cache_gpu_plan`:
-WGMMA_MIN_TOKENS = 128, LARGE_N = 4096, the MMA_* configs) and gpu_wgmma.mojo
-(`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs, else SMALL 64x64).
+WGMMA_MIN_TOKENS = 128, LARGE_N = 4096, DECODE_MIN_CTAS = 100, the MMA_* configs),
+gpu_wgmma.mojo (`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs,
+else SMALL 64x64) and gpu_wgmma_decode.mojo (`decode_config`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,21 @@ CASES = [
     # decode: 16-token CTAs of 8 weight rows; from N = LARGE_N 16 rows, rows resolved late
     (1, 1024, "mma.sync MT=1 NB=1 U=4"),
     (16, 1024, "mma.sync MT=1 NB=1 U=4"),
-    (1, 8192, "mma.sync MT=1 NB=2 U=2 late"),
-    (16, 8192, "mma.sync MT=1 NB=2 U=2 late"),
+    (1, 4096, "mma.sync MT=1 NB=2 U=2 late"),
+    (16, 6336, "mma.sync MT=1 NB=2 U=2 late"),  # 99 CTAs of 64 rows: below DECODE_MIN_CTAS
     # 16 < T <= 128: 32 x 16 CTAs, 64 x 32 from N = LARGE_N
     (64, 1024, "mma.sync MT=2 NB=2 U=2"),
-    (64, 8192, "mma.sync MT=4 NB=4 U=1"),
-    (128, 8192, "mma.sync MT=4 NB=4 U=1"),
+    (64, 4096, "mma.sync MT=4 NB=4 U=1"),
+    (128, 4096, "mma.sync MT=4 NB=4 U=1"),
+    # T <= 128 and ceil(N / 64) >= DECODE_MIN_CTAS = 100: swap-AB wgmma, the smallest token tile
+    # holding T, 8 stages (6 at 128 tokens: shared memory)
+    (1, 6400, "wgmma swap-AB 64x8 s=8 c=2"),
+    (1, 8192, "wgmma swap-AB 64x8 s=8 c=2"),
+    (9, 8192, "wgmma swap-AB 64x16 s=8 c=2"),
+    (16, 8192, "wgmma swap-AB 64x16 s=8 c=2"),
+    (17, 8192, "wgmma swap-AB 64x32 s=8 c=2"),
+    (64, 8192, "wgmma swap-AB 64x64 s=8 c=2"),
+    (128, 8192, "wgmma swap-AB 64x128 s=6 c=2"),
     # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
@@ -66,6 +76,7 @@ def test_non_dense_rows_skip_wgmma() -> None:
     assert k_cache_gpu_plan(4096, 1024, K, a_stride=K + 8) == "simt"
     assert k_cache_gpu_plan(1, 1024, K, a_stride=K + 8) == "simt"
     assert k_cache_gpu_plan(1, 1024, K + 8) == "simt"  # K % 16 != 0
+    assert k_cache_gpu_plan(1, 8192, K, a_stride=K + 16) == "mma.sync MT=1 NB=2 U=2 late"
 
 
 def test_bad_sizes_raise() -> None:

@@ -27,6 +27,8 @@ def main() raises:
         run_case[DType.bfloat16, 64, 128, 1, 128, 40, 1, 128, 128](
             ctx, String("N=8192 K=", K, " T=64"), K, rep(4, 16), rep(4, 300), 0, False, False, 100)
         run_case[DType.bfloat16, 64, 128, 1, 128, 40, 1, 128, 128](
+            ctx, String("N=8192 K=", K, " T=128"), K, rep(4, 32), rep(4, 300), 0, False, False, 100)
+        run_case[DType.bfloat16, 64, 128, 1, 128, 40, 1, 128, 128](
             ctx, String("N=8192 K=", K, " T=256"), K, rep(4, 64), rep(4, 300), 0, False, False, 50)
         run_case[DType.bfloat16, 8, 128, 1, 128, 40, 1, 128, 128](
             ctx, String("N=1024 K=", K, " T=256"), K, rep(4, 64), rep(4, 300), 0, False, False, 50)

@@ -6,11 +6,15 @@ launches what it picked. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
    LARGE or SMALL tiles by `wgmma_large_tiles`.
-3. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
+3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
+   + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
+   the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
+   62.4 / 119 us with the mma.sync configs of 4., 20.4 / 22.7 / 27.1 / 43.2 us with it.
+4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
    WGMMA_MIN_TOKENS (the MMA_* configs).
-4. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
+5. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
 
 `mma_splitk`: warps compute mma.sync m16n8k32 e4m3 tiles (16 tokens on the MMA's M side, 8
 weight rows on its N side) with fragments loaded straight from global memory as 16-byte vectors;
@@ -33,7 +37,6 @@ from kv_cache.types import KVCacheT
 
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .gpu_wgmma_decode import DecodeConfig, MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
-from std.sys.defines import get_defined_int
 from .layout import (
     F32Ptr,
     Fp8Ptr,
@@ -351,7 +354,10 @@ comptime PLAN_MMA_MID_LARGE_N = 6
 comptime PLAN_MMA_PREFILL = 7
 comptime PLAN_SIMT = 8
 comptime PLAN_WGMMA_DECODE = 9
-comptime DECODE_MIN_CTAS = get_defined_int["KC_DEC_MIN_CTAS", 100]()
+"""The swap-AB decode kernel (gpu_wgmma_decode.mojo)."""
+comptime DECODE_MIN_CTAS = 100
+"""The swap-AB decode kernel (one CTA per 64 weight rows) from this many CTAs on (N >= 6337):
+with fewer, too many SMs would sit idle and the mma.sync kernel's smaller CTAs spread better."""
 
 
 def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
@@ -385,7 +391,8 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
 
 def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> String:
     """`k_cache_gpu_plan` as text: "none (T=0)" / "none (N=0)", "wgmma BMxBN" (CTA tile, tokens
-    x weight rows), "mma.sync MT=.. NB=.. U=.." (+ " late"), or "simt"."""
+    x weight rows), "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens, stages, consumers),
+    "mma.sync MT=.. NB=.. U=.." (+ " late"), or "simt"."""
     var plan = k_cache_gpu_plan[gm, gn, gk](shape)
     if plan == PLAN_NONE:
         return String("none (T=0)") if Int(shape.T) == 0 else String("none (N=0)")
@@ -449,7 +456,7 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
             return
         if plan == PLAN_WGMMA_DECODE:
             var tn = decode_config(Int(shape.T)).tn
-            comptime for i in range(4):
+            comptime for i in range(5):
                 comptime cfg = decode_config(8 << i)
                 if tn == cfg.tn:
                     launch_wgmma_decode[gm, gn, gk, cache_t, cfg](

@@ -27,7 +27,6 @@ Requirements: those of `wgmma_path_supported` (gk % 128 == 0, K % 16 == 0, dense
 from std.math import ceildiv
 from std.memory import stack_allocation
 from std.sys import size_of
-from std.sys.defines import get_defined_int
 from std.utils.index import Index
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
@@ -58,7 +57,7 @@ comptime ROWS = 64
 """Weight rows per CTA (wgmma M)."""
 comptime W_TILE = ROWS * BK
 """Bytes of one stage's weight tile."""
-comptime MAX_TOKENS = 64
+comptime MAX_TOKENS = 128
 """Most tokens one CTA takes (the largest `tn`); `k_cache_gpu_plan` sends larger T elsewhere."""
 
 
@@ -78,6 +77,11 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
     def threads(self) -> Int:
         return 128 * (1 + self.consumers)
 
+    def consumer_regs(self) -> Int:
+        """Registers per consumer thread after setmaxnreg, the producer keeping 40, one CTA per
+        SM: 40 + 2 x 232 = 3 x 168 (384 threads); 40 + 3 x 152 <= 4 x 128 (512 threads)."""
+        return 232 if self.consumers <= 2 else 152
+
     def x_tile(self) -> Int:
         return self.tn * BK
 
@@ -90,18 +94,50 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
         return self.stages * (W_TILE + self.x_tile()) + self.out_bytes() + 8 * self.tn + 16 * self.stages
 
 
-comptime DECODE_STAGES = get_defined_int["KC_DEC_STAGES", 8]()
+comptime DECODE_STAGES = 8
 """Ring depth: 8 x 8 KB of weight in flight per SM (H200: ~4.2 MB over 128 SMs, about HBM
-bandwidth x loaded latency)."""
-comptime DECODE_CONSUMERS = get_defined_int["KC_DEC_CONS", 2]()
+bandwidth x loaded latency). Measured at N = 8192 (benchmarks/NOTES.md): 10 or 12 stages were
+0-10 % slower."""
+comptime SMEM_BUDGET = 227 * 1024
+"""Dynamic shared memory one sm_90 CTA may use."""
+comptime DECODE_CONSUMERS = 2
+"""Consumer warpgroups. Measured at N = 8192: one was 7-60 % slower (its wgmma -> wait ->
+promote chain per K tile is not hidden), three no faster than two."""
 
 
 def decode_config(t: Int) -> DecodeConfig:
-    """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64} holding them (T <= 64)."""
+    """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64, 128} holding them, and as
+    many stages (up to DECODE_STAGES) as fit in SMEM_BUDGET next to the accumulators."""
     var tn = 8
     while tn < t and tn < MAX_TOKENS:
         tn *= 2
-    return DecodeConfig(tn, DECODE_STAGES, DECODE_CONSUMERS)
+    var stages = DECODE_STAGES
+    while DecodeConfig(tn, stages, DECODE_CONSUMERS).smem_bytes() > SMEM_BUDGET:
+        stages -= 1
+    return DecodeConfig(tn, stages, DECODE_CONSUMERS)
+
+
+@always_inline
+def _block_scales[gm: Int, gn: Int, gk: Int, TN: Int](
+    in_scale: F32Ptr, w_scale: F32Ptr, shape: KCacheShape, kt: Int, n_lo: Int, tq: Int
+) -> Tuple[SIMD[F32, 2], SIMD[F32, TN // 4]]:
+    """The scales a consumer thread applies to K tile kt (clamped to the last): weight_scale of
+    rows n_lo and n_lo + 8, input_scale of tokens tq + 8j + p (j < TN / 8, p < 2); 0 past N / T."""
+    var kb = (min(kt, ceildiv(Int(shape.K), BK) - 1) * BK) // gk
+    var N = Int(shape.N)
+    var T = Int(shape.T)
+    var ws_stride = Int(shape.ws_stride)
+    var as_stride = Int(shape.as_stride)
+    var sw = SIMD[F32, 2]()
+    comptime for h in range(2):
+        var n = n_lo + 8 * h
+        sw[h] = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
+    var sa = SIMD[F32, TN // 4]()
+    comptime for j in range(TN // 8):
+        comptime for p in range(2):
+            var t = tq + 8 * j + p
+            sa[2 * j + p] = in_scale[unsafe_offset=kb * as_stride + t // gm] if t < T else Float32(0)
+    return (sw, sa)
 
 
 @__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
@@ -170,25 +206,25 @@ def _wgmma_decode_kernel[
                     var x_dst = TileTensor(x_smem.unsafe_offset(s * X_TILE), x_layout)
                     w_tma.async_copy(w_dst, full[unsafe_offset=s], (kt * BK, n0))
                     x_tma.async_copy(x_dst, full[unsafe_offset=s], (kt * BK, t0))
-        elif tid >= 32 and tid < 32 + TN:
-            # warps 1.. resolve each token's cache slot while the ring fills (read after the
+        else:
+            # warps 1-3 resolve each token's cache slot while the ring fills (read after the
             # barrier below)
-            var tl = tid - 32
-            var t = t0 + tl
-            var b = -1
-            var pos = 0
-            if t < T:
-                b = find_sequence(offsets, Int(shape.B), t)
-                if b >= 0:
-                    pos = token_position(offsets, cache_lengths, b, t)
-                    if not slot_is_valid[page_size](lut, shape, b, pos):
-                        b = -1
-            rows[unsafe_offset=2 * tl] = Int32(b)
-            rows[unsafe_offset=2 * tl + 1] = Int32(pos)
+            for tl in range(tid - 32, TN, 96):
+                var t = t0 + tl
+                var b = -1
+                var pos = 0
+                if t < T:
+                    b = find_sequence(offsets, Int(shape.B), t)
+                    if b >= 0:
+                        pos = token_position(offsets, cache_lengths, b, t)
+                        if not slot_is_valid[page_size](lut, shape, b, pos):
+                            b = -1
+                rows[unsafe_offset=2 * tl] = Int32(b)
+                rows[unsafe_offset=2 * tl + 1] = Int32(pos)
         barrier()  # the consumers' accumulators are in shared memory; they store them
         return
 
-    warpgroup_reg_alloc[232]()
+    warpgroup_reg_alloc[cfg.consumer_regs()]()
     var c = wg - 1
     var ltid = tid - 128 * wg
     var ctid = tid - 128
@@ -212,28 +248,24 @@ def _wgmma_decode_kernel[
     var mma = TensorCoreAsync[
         F32, FP8, FP8, Index(ROWS, TN, 32), a_swizzle=SW, b_swizzle=SW, transpose_b=True
     ]()
-    var as_stride = Int(shape.as_stride)
-    var ws_stride = Int(shape.ws_stride)
     # every consumer runs the same trip count (a loop bound depending on c makes ptxas serialize
     # the wgmmas, C7520); on the last round a consumer without a tile of its own repeats the last
     # one with its scales zeroed and does not release it
-    for it in range(ceildiv(num_k_tiles, cfg.consumers)):
+    var rounds = ceildiv(num_k_tiles, cfg.consumers)
+    # the scales of round it + 1 are loaded during round it (a dependent global load per K tile
+    # otherwise sits on the consumer's critical path)
+    var nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c, n_lo, tq)
+    for it in range(rounds):
         var own = it * cfg.consumers + c
         var mine = own < num_k_tiles
         var kt = own if mine else num_k_tiles - 1
         var s = kt % STAGES
-        var kb = (kt * BK) // gk
-        # this block's scales, loaded before waiting for the tiles
-        var sw_lo = w_scale[unsafe_offset=(n_lo // gn) * ws_stride + kb] if n_lo < N else Float32(0)
-        var sw_hi = w_scale[unsafe_offset=(n_hi // gn) * ws_stride + kb] if n_hi < N else Float32(0)
-        if not mine:
-            sw_lo = 0
-            sw_hi = 0
-        var sa = SIMD[F32, FRAG // 2]()
-        comptime for j in range(TN // 8):
-            comptime for p in range(2):
-                var t = tq + 8 * j + p
-                sa[2 * j + p] = in_scale[unsafe_offset=kb * as_stride + t // gm] if t < T else Float32(0)
+        var cur = nxt
+        if it + 1 < rounds:
+            nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, own + cfg.consumers, n_lo, tq)
+        var sw_lo = cur[0][0] if mine else Float32(0)
+        var sw_hi = cur[0][1] if mine else Float32(0)
+        var sa = cur[1]
         full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
         comptime for i in range(FRAG):
             tmp[0, i] = 0

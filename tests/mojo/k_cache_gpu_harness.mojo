@@ -364,6 +364,8 @@ def main() raises:
     run_case[DType.float8_e4m3fn, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "swap-AB T=1 fp8 per-tensor", 4096, rep(1, 1), rep(1, 129), 0, False, True, 0)
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "N=8192 T=100", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "bad lut (swap-AB)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
     # the V twin: same kernels, V half
     run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF](
