@@ -25,13 +25,13 @@ CASES = [
     (64, 4096, "mma.sync MT=4 NB=4 U=1"),
     (128, 4096, "mma.sync MT=4 NB=4 U=1"),
     # T <= 128 and ceil(N / 64) >= DECODE_MIN_CTAS = 100: swap-AB wgmma, the smallest token tile
-    # holding T, 8 stages (6 at 128 tokens: shared memory)
-    (1, 6400, "wgmma swap-AB 64x8 s=8 c=2"),
-    (1, 8192, "wgmma swap-AB 64x8 s=8 c=2"),
-    (9, 8192, "wgmma swap-AB 64x16 s=8 c=2"),
-    (16, 8192, "wgmma swap-AB 64x16 s=8 c=2"),
-    (17, 8192, "wgmma swap-AB 64x32 s=8 c=2"),
-    (64, 8192, "wgmma swap-AB 64x64 s=8 c=2"),
+    # holding T, K 256 / 512 / 128 per stage, up to 8 stages as shared memory allows
+    (1, 6400, "wgmma swap-AB 64x8 s=8 c=2 k=256"),
+    (1, 8192, "wgmma swap-AB 64x8 s=8 c=2 k=256"),
+    (9, 8192, "wgmma swap-AB 64x16 s=8 c=2 k=256"),
+    (16, 8192, "wgmma swap-AB 64x16 s=8 c=2 k=256"),
+    (17, 8192, "wgmma swap-AB 64x32 s=4 c=2 k=512"),
+    (64, 8192, "wgmma swap-AB 64x64 s=3 c=2 k=512"),
     (128, 8192, "wgmma swap-AB 64x128 s=6 c=2"),
     # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs

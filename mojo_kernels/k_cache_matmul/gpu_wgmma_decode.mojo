@@ -3,23 +3,26 @@ TMA + wgmma FP8.
 
 At decode (few tokens) the weight is the whole cost, so the kernel puts the WEIGHT on wgmma's
 M side (64 rows per CTA, A operand) and the tokens on its N side (B operand, n = `tn` in
-{8, 16, 32, 64}): one CTA streams its 64 x K weight rows through a deep TMA ring (`stages` of
-64 x 128 e4m3 weight + tn x 128 e4m3 tokens, 128-byte swizzle) while the token tile, the same
-for every CTA, is served by L2. With N / 64 CTAs and one CTA per SM (e.g. N = 8192: 128 CTAs),
-every SM keeps `stages` x 8 KB of weight in flight, which is what HBM latency needs; the
-mma.sync split-K kernel (gpu.mojo) holds its in-flight bytes in registers instead and stops
-at ~2.6 TB/s there.
+{8, 16, 32, 64, 128}, the smallest holding T): one CTA streams its 64 x K weight rows through
+a deep TMA ring (`stages` of 64 x (128 ksub) e4m3 weight + tn x (128 ksub) e4m3 tokens, as
+ksub boxes of 128 bytes per row with 128-byte swizzle: 256-512 contiguous bytes per weight row
+per stage) while the token tile, the same for every CTA, is served by L2. With N / 64 CTAs
+and one CTA per SM (e.g. N = 8192: 128 CTAs), every SM keeps 64-96 KB of weight in flight,
+which is what HBM latency needs; the mma.sync split-K kernel (gpu.mojo) holds its in-flight
+bytes in registers instead and stops at ~2.6 TB/s there.
 
 Warp-specialized like gpu_wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
-"full"/"empty" mbarriers; `consumers` warpgroups take the K tiles round-robin (two hide each
-other's wgmma -> wait -> promote chain), each with its own fp32 accumulator. Per K tile (one
-128-wide scale block): 4 wgmma m64n{tn}k32 into a block accumulator, wait, release the stage,
-then promotion in fp32 registers, acc += block · weight_scale[row] · input_scale[token]
-(Hopper's FP8 tensor cores accumulate with reduced precision; no sum longer than one block
-stays inside them). Epilogue: the consumers' accumulators go to shared memory (token-major),
-one CTA barrier, then 16-byte stores of each token's 64-column row segment into its paged
-cache slot (scalar stores when the slot address or the N tail forbid a vector). Rows past T,
-skipped tokens and columns past N are not written. TMA zero-fills the tails of T, N and K.
+"full"/"empty" mbarriers (its other warps resolve each token's cache slot meanwhile);
+`consumers` warpgroups take the stages round-robin (two hide each other's wgmma -> wait ->
+promote chain), each with its own fp32 accumulator. Per 128-wide K block (one scale block):
+4 wgmma m64n{tn}k32 into a block accumulator, wait, then promotion in fp32 registers,
+acc += block · weight_scale[row] · input_scale[token] (Hopper's FP8 tensor cores accumulate
+with reduced precision; no sum longer than one block stays inside them; the scales of the
+next block are loaded while this one runs); the stage is released after its last block.
+Epilogue: the consumers' accumulators go to shared memory (token-major), one CTA barrier, then
+16-byte stores of each token's 64-column row segment into its paged cache slot (scalar stores
+when the slot address or the N tail forbid a vector). Rows past T, skipped tokens and columns
+past N are not written. TMA zero-fills the tails of T, N and K.
 
 Requirements: those of `wgmma_path_supported` (gk % 128 == 0, K % 16 == 0, dense rows).
 """
@@ -69,10 +72,14 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
     var tn: Int
     var stages: Int
     var consumers: Int
+    var ksub: Int
+    """128-wide K blocks per stage (longer contiguous reads per weight row per stage)."""
 
     def write_to(self, mut writer: Some[Writer]):
         """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA)."""
         writer.write("wgmma swap-AB ", ROWS, "x", self.tn, " s=", self.stages, " c=", self.consumers)
+        if self.ksub > 1:
+            writer.write(" k=", self.ksub * BK)
 
     def threads(self) -> Int:
         return 128 * (1 + self.consumers)
@@ -91,13 +98,12 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
 
     def smem_bytes(self) -> Int:
         # ring | accumulators | resolved rows (b, pos) per token | full + empty barriers
-        return self.stages * (W_TILE + self.x_tile()) + self.out_bytes() + 8 * self.tn + 16 * self.stages
+        return self.stages * self.ksub * (W_TILE + self.x_tile()) + self.out_bytes() + 8 * self.tn + 16 * self.stages
 
 
 comptime DECODE_STAGES = 8
-"""Ring depth: 8 x 8 KB of weight in flight per SM (H200: ~4.2 MB over 128 SMs, about HBM
-bandwidth x loaded latency). Measured at N = 8192 (benchmarks/NOTES.md): 10 or 12 stages were
-0-10 % slower."""
+"""Most stages (`decode_config` takes fewer when they do not fit in SMEM_BUDGET). Measured at
+N = 8192 with 128-wide stages (benchmarks/NOTES.md): 10 or 12 stages were 0-10 % slower."""
 comptime SMEM_BUDGET = 227 * 1024
 """Dynamic shared memory one sm_90 CTA may use."""
 comptime DECODE_CONSUMERS = 2
@@ -106,15 +112,19 @@ promote chain per K tile is not hidden), three no faster than two."""
 
 
 def decode_config(t: Int) -> DecodeConfig:
-    """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64, 128} holding them, and as
-    many stages (up to DECODE_STAGES) as fit in SMEM_BUDGET next to the accumulators."""
+    """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64, 128} holding them, the K
+    per stage, and as many stages (up to DECODE_STAGES) as fit in SMEM_BUDGET next to the
+    accumulators."""
     var tn = 8
     while tn < t and tn < MAX_TOKENS:
         tn *= 2
     var stages = DECODE_STAGES
-    while DecodeConfig(tn, stages, DECODE_CONSUMERS).smem_bytes() > SMEM_BUDGET:
+    # K per stage, measured at N = 8192, K = 8192 (benchmarks/NOTES.md): 256 for tn <= 16, 512
+    # up to 64 tokens; 128 at tn = 128, whose accumulators leave room for few stages
+    var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
+    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub).smem_bytes() > SMEM_BUDGET:
         stages -= 1
-    return DecodeConfig(tn, stages, DECODE_CONSUMERS)
+    return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub)
 
 
 @always_inline
@@ -164,7 +174,10 @@ def _wgmma_decode_kernel[
     comptime TN = cfg.tn
     comptime STAGES = cfg.stages
     comptime X_TILE = cfg.x_tile()
-    comptime STAGE_BYTES = W_TILE + X_TILE
+    comptime KS = cfg.ksub
+    comptime W_STAGE = KS * W_TILE
+    comptime X_STAGE = KS * X_TILE
+    comptime STAGE_BYTES = W_STAGE + X_STAGE
     comptime FRAG = ROWS * TN // 128
     comptime w_layout = tile_layout_k_major_typed[FP8, ROWS, BK, SW]
     comptime x_layout = tile_layout_k_major_typed[FP8, TN, BK, SW]
@@ -172,7 +185,7 @@ def _wgmma_decode_kernel[
     comptime head_dim = cache_t.kv_params.head_size
     var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
     var w_smem = smem
-    var x_smem = smem.unsafe_offset(STAGES * W_TILE)
+    var x_smem = smem.unsafe_offset(STAGES * W_STAGE)
     var out_sh = smem.unsafe_offset(STAGES * STAGE_BYTES).unsafe_bitcast[Float32]()
     var rows = out_sh.unsafe_offset(cfg.consumers * TN * ROWS).unsafe_bitcast[Int32]()
     var full = rows.unsafe_offset(2 * TN).unsafe_bitcast[SharedMemBarrier]()
@@ -188,7 +201,7 @@ def _wgmma_decode_kernel[
     var K = Int(shape.K)
     var T = Int(shape.T)
     var N = Int(shape.N)
-    var num_k_tiles = ceildiv(K, BK)
+    var num_k_tiles = ceildiv(K, BK * KS)
     var n0 = block_idx.x * ROWS
     var t0 = block_idx.y * TN
     var wg = tid // 128
@@ -202,10 +215,11 @@ def _wgmma_decode_kernel[
                     empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
                 if tid == 0:
                     full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
-                    var w_dst = TileTensor(w_smem.unsafe_offset(s * W_TILE), w_layout)
-                    var x_dst = TileTensor(x_smem.unsafe_offset(s * X_TILE), x_layout)
-                    w_tma.async_copy(w_dst, full[unsafe_offset=s], (kt * BK, n0))
-                    x_tma.async_copy(x_dst, full[unsafe_offset=s], (kt * BK, t0))
+                    comptime for j in range(KS):
+                        var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
+                        var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
+                        w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kt * KS + j) * BK, n0))
+                        x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kt * KS + j) * BK, t0))
         else:
             # warps 1-3 resolve each token's cache slot while the ring fills (read after the
             # barrier below)
@@ -254,36 +268,41 @@ def _wgmma_decode_kernel[
     var rounds = ceildiv(num_k_tiles, cfg.consumers)
     # the scales of round it + 1 are loaded during round it (a dependent global load per K tile
     # otherwise sits on the consumer's critical path)
-    var nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c, n_lo, tq)
+    var nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c * KS, n_lo, tq)
     for it in range(rounds):
         var own = it * cfg.consumers + c
         var mine = own < num_k_tiles
         var kt = own if mine else num_k_tiles - 1
         var s = kt % STAGES
-        var cur = nxt
-        if it + 1 < rounds:
-            nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, own + cfg.consumers, n_lo, tq)
-        var sw_lo = cur[0][0] if mine else Float32(0)
-        var sw_hi = cur[0][1] if mine else Float32(0)
-        var sa = cur[1]
         full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
-        comptime for i in range(FRAG):
-            tmp[0, i] = 0
-        var w_t = TileTensor(w_smem.unsafe_offset(s * W_TILE), w_layout)
-        var x_t = TileTensor(x_smem.unsafe_offset(s * X_TILE), x_layout)
-        warpgroup_fence(tmp)
-        mma.arrive()
-        mma.wgmma(w_t, x_t, tmp)
-        mma.commit_group()
-        warpgroup_fence(tmp)
-        mma.wait_group[0]()
-        if ltid == 0 and mine:
-            _ = empty[unsafe_offset=s].arrive()
-        comptime for j in range(TN // 8):
-            comptime for q in range(4):
-                comptime i = 4 * j + q
-                var sw = sw_lo if q < 2 else sw_hi
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * j + q % 2])
+        comptime for j in range(KS):
+            var cur = nxt
+            comptime if j + 1 < KS:
+                nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, own * KS + j + 1, n_lo, tq)
+            else:  # unconditional (clamped past the end): a branch here serializes the wgmmas
+                nxt = _block_scales[gm, gn, gk, TN](
+                    in_scale, w_scale, shape, (own + cfg.consumers) * KS, n_lo, tq)
+            var sw_lo = cur[0][0] if mine else Float32(0)
+            var sw_hi = cur[0][1] if mine else Float32(0)
+            var sa = cur[1]
+            comptime for i in range(FRAG):
+                tmp[0, i] = 0
+            var w_t = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
+            var x_t = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
+            warpgroup_fence(tmp)
+            mma.arrive()
+            mma.wgmma(w_t, x_t, tmp)
+            mma.commit_group()
+            warpgroup_fence(tmp)
+            mma.wait_group[0]()
+            comptime if j == KS - 1:
+                if ltid == 0 and mine:
+                    _ = empty[unsafe_offset=s].arrive()
+            comptime for jj in range(TN // 8):
+                comptime for q in range(4):
+                    comptime i = 4 * jj + q
+                    var sw = sw_lo if q < 2 else sw_hi
+                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * jj + q % 2])
 
     # epilogue: accumulators to shared memory as out[c][token][row], then rows to the cache
     var out_c = out_sh.unsafe_offset(c * TN * ROWS)
