@@ -2,7 +2,8 @@
 
 Checks the choices the benchmark records: decode sizes use the mma.sync kernels with warp-k
 partitions (> 1, reduced in shared memory) and split-K; M >= 33 uses the wgmma kernel; and
-the shared-memory budget of every plan fits the H200 (227 KB per CTA).
+the shared-memory budget of every plan fits the H200 (227 KB per CTA); at M = 16 and 64 the
+eight Llama-3 layers get exactly the launches pinned from the H200 measurements.
 """
 
 from __future__ import annotations
@@ -49,3 +50,50 @@ def test_plan_depends_on_group_size_and_zeros() -> None:
 def test_bad_sizes_raise() -> None:
     with pytest.raises(ValueError, match="m, n, k must be positive"):
         int4_gpu_plan(0, 4096, 4096)
+
+
+LLAMA3 = {
+    "8B.qkv": (6144, 4096),
+    "8B.o": (4096, 4096),
+    "8B.gate_up": (28672, 4096),
+    "8B.down": (4096, 14336),
+    "70B.qkv": (10240, 8192),
+    "70B.o": (8192, 8192),
+    "70B.gate_up": (57344, 8192),
+    "70B.down": (8192, 28672),
+}
+MMA = "int4_gemm_mma BMxBNxBK={} WMxWN=16x64 stages={} warp_k={} split_k={{}} pipe=warp smem={}"
+K8 = MMA.format("16x64x64", 4, 8, 155648)
+M16 = MMA.format("16x128x128", 4, 2, 143360)
+M16N = MMA.format("16x64x64", 5, 4, 97280)
+WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} pp=0 stages={} split_k={{}}{} smem={}"
+WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
+WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
+
+
+@pytest.mark.parametrize(
+    ("layer", "m", "expected"),
+    [
+        # M = 16: CFG_M16_K8 where it measured best on the H200 (v8), else the v7 pins
+        ("8B.qkv", 16, K8.format(1)),
+        ("8B.o", 16, K8.format(2)),
+        ("8B.gate_up", 16, M16.format(1)),
+        ("8B.down", 16, K8.format(2)),
+        ("70B.qkv", 16, M16.format(1)),
+        ("70B.o", 16, K8.format(1)),
+        ("70B.gate_up", 16, M16N.format(1)),
+        ("70B.down", 16, M16.format(2)),
+        # M = 64: WG_CFG_64N (2 CTAs per SM) pinned through tuned_wgmma, except 70B.gate_up
+        ("8B.qkv", 64, WG64N.format(4)),
+        ("8B.o", 64, WG64N.format(4)),
+        ("8B.gate_up", 64, WG64N.format(1)),
+        ("8B.down", 64, WG64N.format(4)),
+        ("70B.qkv", 64, WG64N.format(2)),
+        ("70B.o", 64, WG64N.format(2)),
+        ("70B.gate_up", 64, WG64W.format(1)),
+        ("70B.down", 64, WG64N.format(2)),
+    ],
+)
+def test_llama3_small_m_plans_are_pinned(layer: str, m: int, expected: str) -> None:
+    n, k = LLAMA3[layer]
+    assert int4_gpu_plan(m, n, k) == expected

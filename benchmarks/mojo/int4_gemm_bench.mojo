@@ -1,17 +1,24 @@
 """Benchmark of the W4A16 tensor-core path (`int4_gemm_gpu`) on the 8 Llama-3 layers, g = 128,
-bf16, symmetric, no bias, M in {64, 128, 256, 1024, 4096} (the wgmma kernel's range; M = 1 / 16
-are the mma.sync kernels', unchanged since v6); standalone program for the H200.
+bf16, symmetric, no bias, M in {16, 64, 128, 256, 1024, 4096}; standalone program for the H200.
 
     ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/int4_gemm_bench.mojo
-    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [pp]
-(noprev: skip timing the v6 mma.sync selection; pp: also time the experimental pipelined configs)
+    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [pp] [m=16,64]
+(noprev: skip timing the v6 mma.sync selection; pp: also time the experimental pipelined configs;
+m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
+
+Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
+previous dispatch (before the v8 pins: `prev_m16_choice` at M = 16, `gpu_dispatch.wgmma_rule`
+above; timed, tagged "v7", only where v8 changed the launch, else equal to default), "default" =
+`int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
+CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
+v7 plan, and for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is
+the fastest checked launch of all of them.
 
 Per layer: fresh random weights (enough rotating copies, >= 4 and >= 200 MB, that L2 never
 serves them), x, scales. One naive fp32 GPU reference per layer, of x rows 0..255 and 64 rows
 sampled over 256..4095 (every residue mod 8); for each M every timed config is first checked
 against the reference rows < M (output poisoned with NaN, rel. Frobenius error <= 1e-2).
-Per M: "prev" = the mma.sync selection of v6 (`int4_gemm_gpu_mma`), "default" = `int4_gemm_gpu`
-(the dispatch with the wgmma kernel), then a sweep of wgmma configs and splits. Timing: a spin kernel holds the GPU while the host enqueues N
+Timing: a spin kernel holds the GPU while the host enqueues N
 launches that rotate over the weight copies; (host time of spin + N launches + sync) minus
 (spin + sync), over N; median of 5. So launch gaps of the host are excluded, as in the cuBLAS
 baseline (triton do_bench, events around single calls after an L2 flush).
@@ -29,9 +36,11 @@ from mojo_kernels.int4_gemm.config import (
 )
 from mojo_kernels.int4_gemm.gpu_dispatch import (
     launch_int4_gemm_mma, int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config,
-    CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P, wgmma_plan,
+    CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P, wgmma_plan, wgmma_rule,
     WG_VAR_64, WG_VAR_64W, WG_VAR_128,
+    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N,
 )
+from mojo_kernels.int4_gemm.config import wgmma_smem_budget, smem_usage, wgmma_smem_usage
 from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
 from int4_gemm_ref import F32, fill_uniform, fill_u32, fill_nan, run_reference, compare_rows, spin_kernel
 
@@ -39,7 +48,7 @@ comptime BF16 = DType.bfloat16
 comptime G = 128
 comptime HBM_TBPS = 4.24
 comptime PEAK_TFLOPS = 728.0
-comptime NUM_M = 5
+comptime NUM_M = 6
 comptime REF_DENSE = 256
 comptime REF_SAMPLED = 64
 comptime REF_STEP = 60
@@ -59,21 +68,21 @@ def layer_nk(i: Int) -> Tuple[Int, Int]:
 
 
 def m_value(j: Int) -> Int:
-    var ms: List[Int] = [64, 128, 256, 1024, 4096]
+    var ms: List[Int] = [16, 64, 128, 256, 1024, 4096]
     return ms[j]
 
 
 def cublas_us(layer: Int, mj: Int) -> Float64:
     """The cuBLAS bf16 (torch.matmul) µs on our H200: shared/reference/h200-2026-11-29/baselines_torch.json."""
     var t: List[Float64] = [
-        22.752, 23.360, 26.912, 72.160, 281.088,        # 8B.qkv
-        18.080, 19.552, 24.576, 47.072, 188.032,        # 8B.o
-        70.752, 75.584, 98.528, 338.464, 1351.488,      # 8B.gate_up
-        44.704, 45.504, 53.024, 159.552, 666.560,       # 8B.down
-        52.224, 54.016, 64.544, 241.664, 980.768,       # 70B.qkv
-        46.688, 46.048, 52.800, 188.624, 786.240,       # 70B.o
-        233.488, 253.440, 357.472, 1391.008, 5482.768,  # 70B.gate_up
-        132.912, 130.368, 176.848, 674.336, 2660.704,   # 70B.down
+        23.008, 22.752, 23.360, 26.912, 72.160, 281.088,        # 8B.qkv
+        19.200, 18.080, 19.552, 24.576, 47.072, 188.032,        # 8B.o
+        69.024, 70.752, 75.584, 98.528, 338.464, 1351.488,      # 8B.gate_up
+        42.016, 44.704, 45.504, 53.024, 159.552, 666.560,       # 8B.down
+        56.256, 52.224, 54.016, 64.544, 241.664, 980.768,       # 70B.qkv
+        43.744, 46.688, 46.048, 52.800, 188.624, 786.240,       # 70B.o
+        240.896, 233.488, 253.440, 357.472, 1391.008, 5482.768, # 70B.gate_up
+        123.296, 132.912, 130.368, 176.848, 674.336, 2660.704,  # 70B.down
     ]
     return t[layer * NUM_M + mj]
 
@@ -130,9 +139,11 @@ comptime KIND_PREV = 1
 """Kind: `int4_gemm_gpu_mma` (the v6 mma.sync selection)."""
 comptime KIND_WGMMA = 2
 """Kind: `launch_int4_gemm_wgmma[cfg]` with the given split (0: its heuristic)."""
+comptime KIND_MMA = 3
+"""Kind: `launch_int4_gemm_mma[mcfg]` (the mma.sync kernels) with the given split (>= 1)."""
 
 
-def launch_cfg[cfg: Int4WgmmaConfig](ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int, i: Int) raises:
+def launch_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig](ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int, i: Int) raises:
     var sp = L.sc_ptr(i)
     var op = L.outp.as_unsafe_any_origin()
     var xp = L.xp.as_unsafe_any_origin()
@@ -140,19 +151,21 @@ def launch_cfg[cfg: Int4WgmmaConfig](ctx: DeviceContext, L: Layer, m: Int, kind:
         int4_gemm_gpu[BF16, G, False, False](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, ctx)
     elif kind == KIND_PREV:
         int4_gemm_gpu_mma[BF16, G, False, False](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, ctx)
+    elif kind == KIND_MMA:
+        launch_int4_gemm_mma[BF16, G, False, False, mcfg](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, L.np_, split, ctx)
     else:
         launch_int4_gemm_wgmma[BF16, G, False, False, cfg](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, L.np_, split, ctx)
 
 
-def time_cfg[cfg: Int4WgmmaConfig](ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int) raises -> Float64:
+def time_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig](ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int) raises -> Float64:
     """Median µs per launch (see the module doc)."""
     # estimate, to size the loop
     for w in range(3):
-        launch_cfg[cfg](ctx, L, m, kind, split, w)
+        launch_cfg[cfg, mcfg](ctx, L, m, kind, split, w)
     ctx.synchronize()
     var t0 = perf_counter_ns()
     for w in range(3):
-        launch_cfg[cfg](ctx, L, m, kind, split, w + 3)
+        launch_cfg[cfg, mcfg](ctx, L, m, kind, split, w + 3)
     ctx.synchronize()
     var est_us = Float64(perf_counter_ns() - t0) / 3e3
     var iters = max(3, min(200, Int(3000.0 / max(est_us, 1.0))))
@@ -166,7 +179,7 @@ def time_cfg[cfg: Int4WgmmaConfig](ctx: DeviceContext, L: Layer, m: Int, kind: I
         var a1 = perf_counter_ns()
         ctx.enqueue_function[spin_kernel](spin_ns, grid_dim=1, block_dim=32)
         for i in range(iters):
-            launch_cfg[cfg](ctx, L, m, kind, split, rep * iters + i)
+            launch_cfg[cfg, mcfg](ctx, L, m, kind, split, rep * iters + i)
         var enq = perf_counter_ns()
         ctx.synchronize()
         var a2 = perf_counter_ns()
@@ -186,14 +199,14 @@ struct Best(Copyable, Movable):
         self.desc = String("")
 
 
-def try_cfg[cfg: Int4WgmmaConfig](
+def try_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig = CFG_M8](
     ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int, ref_rows: DeviceBuffer[F32],
-    nrows: Int, mut best: Best, mut all_ok: Bool,
+    nrows: Int, mut best: Best, mut all_ok: Bool, tag: String = "",
 ) raises -> Float64:
     """Check (output poisoned), then time; returns the µs (1e30 if the check failed)."""
     var op = L.outp.as_unsafe_any_origin()
     fill_nan[BF16](ctx, op, m * L.n)
-    launch_cfg[cfg](ctx, L, m, kind, split, 0)
+    launch_cfg[cfg, mcfg](ctx, L, m, kind, split, 0)
     var r = compare_rows[BF16](ctx, op, ref_rows, L.n, REF_STEP, nrows, REF_DENSE)
     var good = r.rel_err <= 1e-2 and r.nan_count == 0
     all_ok = all_ok and good
@@ -202,10 +215,16 @@ def try_cfg[cfg: Int4WgmmaConfig](
         desc = String("default ", int4_gemm_gpu_config(m, L.n, L.kp, G, False))
     elif kind == KIND_PREV:
         desc = String("prev ", int4_gemm_gpu_mma_config(m, L.n, L.kp, G, False))
+    elif kind == KIND_MMA:
+        var rm = try_resolve_config(mcfg, G, False, SMEM_BUDGET_SM90).with_split_k(split)
+        var ctas = ceildiv(ceildiv(L.n, 64), rm.bn // 64) * split * ceildiv(m, rm.bm)
+        desc = String(tag, "int4_gemm_mma ", rm, " smem=", smem_usage(rm, G, False), " ctas=", ctas)
     else:
-        var rc = try_resolve_wgmma_config(cfg, G, False, SMEM_BUDGET_SM90)
-        desc = String(rc.with_split_k(split if split > 0 else choose_wgmma_split_k(rc, m, L.n, L.kp)))
-    var us = time_cfg[cfg](ctx, L, m, kind, split)
+        var rc = try_resolve_wgmma_config(cfg, G, False, wgmma_smem_budget(cfg))
+        var sk = split if split > 0 else choose_wgmma_split_k(rc, m, L.n, L.kp)
+        var ctas = ceildiv(ceildiv(L.n, 64), rc.bands()) * sk * ceildiv(m, rc.nt)
+        desc = String(tag, rc.with_split_k(sk), " smem=", wgmma_smem_usage(rc, G, False), " ctas=", ctas)
+    var us = time_cfg[cfg, mcfg](ctx, L, m, kind, split)
     var tflops = 2.0 * Float64(m) * Float64(L.n) * Float64(L.kp) / us / 1e6
     print("    M=", m, " ", desc, ": ", us, " us, ", tflops, " TFLOP/s, rel err ", r.rel_err,
           " unwritten ", r.nan_count, " ", "ok" if good else "WRONG", flush=True)
@@ -215,6 +234,54 @@ def try_cfg[cfg: Int4WgmmaConfig](
         best.us = us
         best.desc = desc
     return us
+
+
+def prev_m16_choice(n: Int, kp: Int) -> Tuple[Int, Int]:
+    """The v7 `tuned_choice` row (variant 0 = CFG_M16, 1 = CFG_M16_NARROW; split) at 9 <= M <= 16
+    for the shapes v8 re-pinned to CFG_M16_K8, else (-1, 0) (the dispatch is unchanged)."""
+    if kp == 4096 and n == 6144:
+        return (1, 1)
+    if kp == 4096 and n == 4096:
+        return (1, 2)
+    if kp == 14336 and n == 4096:
+        return (1, 2)
+    if kp == 8192 and n == 8192:
+        return (0, 2)
+    return (-1, 0)
+
+
+def sweep_m16(
+    ctx: DeviceContext, L: Layer, m: Int, ref_rows: DeviceBuffer[F32], nrows: Int,
+    mut best: Best, mut all_ok: Bool,
+) raises:
+    """M <= 16: the PIPE_WARP configs over split_k {1, 2, 4}, for grids of 32..264 CTAs with
+    >= 1 group-aligned unit of K per warp."""
+    var bands = ceildiv(L.n, 64)
+    var units = L.kp // 128  # K parts are multiples of 128 (g = 128)
+
+    @always_inline
+    @__parameter
+    def one[c: Int4GemmConfig]() raises:
+        for sp in [1, 2, 4]:
+            var ctas = ceildiv(bands, c.bn // 64) * sp
+            if ctas >= 32 and ctas <= 264 and units >= sp * c.warp_k:
+                _ = try_cfg[WG_CFG_128, c](ctx, L, m, KIND_MMA, sp, ref_rows, nrows, best, all_ok)
+
+    one[CFG_M16_NARROW]()
+    one[CFG_M16]()
+    one[CFG_M16_K8]()
+
+
+def try_v7_wgmma(
+    ctx: DeviceContext, L: Layer, m: Int, plan: Tuple[Int, Int], ref_rows: DeviceBuffer[F32],
+    nrows: Int, mut best: Best, mut all_ok: Bool,
+) raises -> Float64:
+    """The wgmma launch of a v7 plan (variant >= 0, split)."""
+    if plan[0] == WG_VAR_64:
+        return try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best, all_ok, "v7 ")
+    if plan[0] == WG_VAR_64W:
+        return try_cfg[WG_CFG_64W](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best, all_ok, "v7 ")
+    return try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best, all_ok, "v7 ")
 
 
 def ref_rows_below(m: Int) -> Int:
@@ -235,17 +302,36 @@ def main() raises:
         only = Int(String(args[1]))
     var with_prev = True
     var with_pp = False
+    var m_only = List[Int]()
     for ai in range(2, len(args)):
-        if String(args[ai]) == "noprev":
+        var a = String(args[ai])
+        if a == "noprev":
             with_prev = False
-        if String(args[ai]) == "pp":
+        if a == "pp":
             with_pp = True
+        if a.startswith("m="):
+            var parts = a[byte=2:].split(",")
+            for pi in range(len(parts)):
+                m_only.append(Int(String(parts[pi])))
+    var m_sel = List[Int]()  # indices into m_value
+    for mj in range(NUM_M):
+        var keep = len(m_only) == 0
+        for pi in range(len(m_only)):
+            if m_only[pi] == m_value(mj):
+                keep = True
+        if keep:
+            m_sel.append(mj)
+    var max_m = 16
+    for si in range(len(m_sel)):
+        max_m = max(max_m, m_value(m_sel[si]))
     var all_ok = True
     var prev = List[Float64]()
     var prev_desc = List[String]()
     var dflt = List[Float64]()
     var bestv = List[Float64]()
     var best_desc = List[String]()
+    var v7 = List[Float64]()
+    var v7d = List[String]()
     var dflt_desc = List[String]()
     var wbytes = List[Int]()
     var layers = List[Int]()
@@ -256,85 +342,135 @@ def main() raises:
         var n = nk[0]
         var kp = nk[1]
         print("==", layer_name(li), " N=", n, " K=", kp, flush=True)
-        var L = Layer(ctx, n, kp, 4096, UInt32(1000 + 17 * li))
+        var L = Layer(ctx, n, kp, max_m, UInt32(1000 + 17 * li))
         layers.append(li)
         wbytes.append(L.weight_bytes())
-        var nref = REF_DENSE + REF_SAMPLED
+        var nref = ref_rows_below(max_m)
         var ref_rows = ctx.enqueue_create_buffer[F32](nref * n)
         var sp0 = L.sc_ptr(0)
         run_reference[BF16, G, False, False](
             ctx, ref_rows.unsafe_ptr().as_unsafe_any_origin(), L.xp.as_unsafe_any_origin(),
             L.qw_ptr(0), sp0, sp0, sp0, n, kp, L.np_, REF_STEP, nref, REF_DENSE)
-        for mj in range(NUM_M):
+        for si in range(len(m_sel)):
+            var mj = m_sel[si]
             var m = m_value(mj)
             var nrows = ref_rows_below(m)
             var best = Best()
-            var p_us: Float64 = 0
-            if with_prev:
+            var p_us: Float64 = 0  # v6 mma.sync selection (M > 16)
+            var p_desc = String("")
+            if m > 16 and with_prev:
                 p_us = try_cfg[WG_CFG_128](ctx, L, m, KIND_PREV, 0, ref_rows, nrows, best, all_ok)
-            var p_desc = best.desc
-            var best_new = Best()
-            var d_us = try_cfg[WG_CFG_128](ctx, L, m, KIND_DEFAULT, 0, ref_rows, nrows, best_new, all_ok)
-            var d_desc = best_new.desc
-            # the plan's tile with the other splits of {1, 2, 4}, the other tile, and (flag `pp`)
-            # the experimental software-pipelined twin
+                p_desc = best.desc
+            var bd = Best()
+            var d_us = try_cfg[WG_CFG_128](ctx, L, m, KIND_DEFAULT, 0, ref_rows, nrows, bd, all_ok)
+            var d_desc = bd.desc
+            if bd.us < best.us:
+                best.us = bd.us
+                best.desc = bd.desc
+            # the previous dispatch (v7): timed where v8 changed the plan, else = default
+            var v7_us = d_us
+            var v7_desc = String("= default")
+            var b7 = Best()
+            if m <= 16:
+                var pv = prev_m16_choice(n, kp)
+                if pv[0] == 1:
+                    v7_us = try_cfg[WG_CFG_128, CFG_M16_NARROW](ctx, L, m, KIND_MMA, pv[1], ref_rows, nrows, b7, all_ok, "v7 ")
+                    v7_desc = b7.desc
+                elif pv[0] == 0:
+                    v7_us = try_cfg[WG_CFG_128, CFG_M16](ctx, L, m, KIND_MMA, pv[1], ref_rows, nrows, b7, all_ok, "v7 ")
+                    v7_desc = b7.desc
+                sweep_m16(ctx, L, m, ref_rows, nrows, best, all_ok)
+            var rule = wgmma_rule(m, n, kp)
             var plan = wgmma_plan(m, n, kp)
-            for sp in [1, 2, 4]:
-                if sp != plan[1]:
-                    if plan[0] == WG_VAR_64:
-                        _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best_new, all_ok)
-                    elif plan[0] == WG_VAR_128 and m <= 256:
-                        _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best_new, all_ok)
-            if plan[0] == WG_VAR_128 and m <= 256:
-                _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best_new, all_ok)
-            if m <= 64:
-                _ = try_cfg[WG_CFG_64W](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best_new, all_ok)
-            if with_pp:
-                if plan[0] == WG_VAR_64:
-                    _ = try_cfg[WG_CFG_64P](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best_new, all_ok)
-                elif plan[0] == WG_VAR_128:
-                    _ = try_cfg[WG_CFG_128P](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best_new, all_ok)
+            if m > 16 and (rule[0] != plan[0] or rule[1] != plan[1]):
+                if rule[0] < 0 and with_prev:  # v7 stayed on mma.sync: that is the v6 selection
+                    v7_us = p_us
+                    v7_desc = String("v7 ", p_desc)
+                elif rule[0] < 0:
+                    v7_us = try_cfg[WG_CFG_128](ctx, L, m, KIND_PREV, 0, ref_rows, nrows, b7, all_ok)
+                    v7_desc = String("v7 ", b7.desc)
+                else:
+                    v7_us = try_v7_wgmma(ctx, L, m, rule, ref_rows, nrows, b7, all_ok)
+                    v7_desc = b7.desc
+            if b7.us < best.us:
+                best.us = b7.us
+                best.desc = b7.desc
+            if m > 16:
+                # the v7 plan's tile with the other splits of {1, 2, 4}, the other tile, and
+                # (flag `pp`) the experimental software-pipelined twin
+                for sp in [1, 2, 4]:
+                    if sp != rule[1]:
+                        if rule[0] == WG_VAR_64:
+                            _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        elif rule[0] == WG_VAR_128 and m <= 256:
+                            _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                if rule[0] == WG_VAR_128 and m <= 256:
+                    _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best, all_ok)
+                if m <= 64:
+                    _ = try_cfg[WG_CFG_64W](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best, all_ok)
+                if with_pp:
+                    if rule[0] == WG_VAR_64:
+                        _ = try_cfg[WG_CFG_64P](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
+                    elif rule[0] == WG_VAR_128:
+                        _ = try_cfg[WG_CFG_128P](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
+            if m > 16 and m <= 64:
+                # 64 x 128 tiles built for 2 CTAs per SM over split_k {1, 2, 4, 8}
+                var bands = ceildiv(n, 64)
+                for sp in [1, 2, 4, 8]:
+                    var ctas = ceildiv(bands, 2) * sp
+                    if ctas >= 64 and ctas <= 264 and kp // 64 // sp >= 4:
+                        _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             prev.append(p_us)
             prev_desc.append(p_desc)
+            v7.append(v7_us)
+            v7d.append(v7_desc)
             dflt.append(d_us)
             dflt_desc.append(d_desc)
-            bestv.append(best_new.us)
-            best_desc.append(best_new.desc)
+            bestv.append(best.us)
+            best_desc.append(best.desc)
 
     # ---- summary ----
-    print("\nlayer        M   prev_us  xcuBLAS | new_us  TFLOP/s  xcuBLAS | best_us  xcuBLAS | floor_us | best config")
+    print("\nlayer        M   v6_us  xcuBLAS | v7_us  xcuBLAS | new_us  TFLOP/s  xcuBLAS | best_us  xcuBLAS | floor_us | new config | best config")
     var json = String("{\"gpu\": \"H200\", \"dtype\": \"bfloat16\", \"group_size\": 128, \"rows\": [")
     var lg_p = List[Float64](length=NUM_M, fill=0.0)
+    var lg_7 = List[Float64](length=NUM_M, fill=0.0)
     var lg_d = List[Float64](length=NUM_M, fill=0.0)
     var lg_b = List[Float64](length=NUM_M, fill=0.0)
+    var nsel = len(m_sel)
     for i in range(len(layers)):
         var li = layers[i]
         var nk = layer_nk(li)
-        for mj in range(NUM_M):
+        for si in range(nsel):
+            var mj = m_sel[si]
             var m = m_value(mj)
-            var idx = i * NUM_M + mj
+            var idx = i * nsel + si
             var wb = Float64(wbytes[i])
             var flop = 2.0 * Float64(m) * Float64(nk[0]) * Float64(nk[1])
             var floor_us = max(wb / (HBM_TBPS * 1e6), flop / (PEAK_TFLOPS * 1e6))
             var cb = cublas_us(li, mj)
-            lg_p[mj] += log(cb / prev[idx]) if prev[idx] > 0 else 0.0
+            var xp = cb / prev[idx] if prev[idx] > 0 else 0.0
+            lg_p[mj] += log(xp) if prev[idx] > 0 else 0.0
+            lg_7[mj] += log(cb / v7[idx])
             lg_d[mj] += log(cb / dflt[idx])
             lg_b[mj] += log(cb / bestv[idx])
-            print(layer_name(li), " ", m, "  ", prev[idx], " ", cb / prev[idx] if prev[idx] > 0 else 0.0, " | ", dflt[idx], " ",
-                  flop / dflt[idx] / 1e6, " ", cb / dflt[idx], " | ", bestv[idx], " ", cb / bestv[idx],
-                  " | ", floor_us, " | ", best_desc[idx])
+            print(layer_name(li), " ", m, "  ", prev[idx], " ", xp, " | ", v7[idx], " ", cb / v7[idx], " | ",
+                  dflt[idx], " ", flop / dflt[idx] / 1e6, " ", cb / dflt[idx], " | ", bestv[idx], " ", cb / bestv[idx],
+                  " | ", floor_us, " | ", dflt_desc[idx], " | ", best_desc[idx])
             if idx > 0:
                 json += ", "
             json += String("{\"layer\": \"", layer_name(li), "\", \"M\": ", m, ", \"N\": ", nk[0], ", \"K\": ", nk[1],
-                           ", \"prev_us\": ", prev[idx], ", \"prev_config\": \"", prev_desc[idx],
+                           ", \"v6_us\": ", prev[idx], ", \"v6_config\": \"", prev_desc[idx],
+                           "\", \"v7_us\": ", v7[idx], ", \"v7_config\": \"", v7d[idx],
                            "\", \"us\": ", dflt[idx], ", \"config\": \"", dflt_desc[idx], "\", \"best_us\": ", bestv[idx],
                            ", \"best_config\": \"", best_desc[idx], "\", \"cublas_us\": ", cb,
                            ", \"weight_bytes\": ", wbytes[i], ", \"floor_us\": ", floor_us, "}")
     json += "]}"
     var nl = Float64(len(layers))
-    for mj in range(NUM_M):
-        print("geomean xcuBLAS  M=", m_value(mj), ": prev ", exp(lg_p[mj] / nl) if with_prev else 0.0, "  default ", exp(lg_d[mj] / nl),
-              "  best ", exp(lg_b[mj] / nl))
+    for si in range(nsel):
+        var mj = m_sel[si]
+        var has_v6 = with_prev and m_value(mj) > 16
+        print("geomean xcuBLAS  M=", m_value(mj), ": v6 ", exp(lg_p[mj] / nl) if has_v6 else 0.0,
+              "  v7 ", exp(lg_7[mj] / nl), "  default ", exp(lg_d[mj] / nl), "  best ", exp(lg_b[mj] / nl))
     var outdir = getenv("OUT")
     if outdir != "":
         with open(outdir + "/int4_gemm_bench.json", "w") as f:

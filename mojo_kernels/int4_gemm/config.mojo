@@ -206,6 +206,10 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         double-buffered: 2 * kg * fpw * 4 per thread). EXPERIMENTAL: gave wrong results on the
         H200 (ptxas reused in-flight A registers); fixed in SASS, not yet verified on device.
     split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
+    ctas: CTAs per SM the kernel is built for (1 or 2): `nvvm.minctasm`, the setmaxnreg split
+          (1: producer 40 / consumers 232; 2: 24 / 104 with two consumer warpgroups, 24 / 232
+          with one) and the smem budget per CTA
+          (`wgmma_smem_budget`). 2 doubles the CTAs a small layer can run in one wave.
     """
 
     var nt: Int
@@ -215,8 +219,9 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     var kg: Int
     var pp: Bool
     var split_k: Int
+    var ctas: Int
 
-    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0):
+    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0, ctas: Int = 1):
         self.nt = nt
         self.fpw = fpw
         self.nwg = nwg
@@ -224,6 +229,7 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         self.kg = kg
         self.pp = pp
         self.split_k = split_k
+        self.ctas = ctas
 
     def bands(self) -> Int:
         """64-column bands per CTA."""
@@ -258,6 +264,8 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
             return False
         if self.kg != 1 and self.kg != 2 and self.kg != 4:
             return False
+        if self.ctas != 1 and self.ctas != 2:
+            return False
         return self.stages >= 2 and self.split_k >= 0 and self.split_k <= 8
 
     def write_to(self, mut writer: Some[Writer]):
@@ -265,6 +273,23 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
             "wgmma BMxBNxBK=", self.nt, "x", self.bn(), "x", WG_BK, " fpw=", self.fpw,
             " wg=", self.nwg, " kg=", self.kg, " pp=", Int(self.pp), " stages=", self.stages, " split_k=", self.split_k,
         )
+        if self.ctas != 1:
+            writer.write(" ctas=", self.ctas)
+
+    def uses_setmaxnreg(self) -> Bool:
+        """Two consumer warpgroups, or a config built for 2 CTAs per SM (whose launch allocation
+        of 65536 / (2 * threads) registers per thread is too few for the consumers)."""
+        return self.nwg > 1 or self.ctas > 1
+
+    def consumer_regs(self) -> Int:
+        """setmaxnreg of the consumer warpgroups (when uses_setmaxnreg): the CTA's launch allocation
+        (65536 / (ctas * threads), rounded down to 8) minus the producer's, over 256 threads."""
+        var entry = (65536 // (self.ctas * self.num_threads())) // 8 * 8
+        var prod = self.producer_regs()
+        return ((entry * self.num_threads() - prod * 128) // (128 * self.nwg)) // 8 * 8
+
+    def producer_regs(self) -> Int:
+        return 40 if self.ctas == 1 else 24
 
 
 def wgmma_scale_rows(group_size: Int) -> Int:
@@ -296,6 +321,14 @@ def wgmma_ring_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> 
 def wgmma_smem_usage(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
     """Dynamic shared memory of the wgmma kernel: ring (or reduction buffer) + 2 mbarriers per stage."""
     return wgmma_ring_bytes(cfg, group_size, has_zeros) + 16 * cfg.stages
+
+
+def wgmma_smem_budget(cfg: Int4WgmmaConfig) -> Int:
+    """Dynamic smem one CTA of `cfg` may use: SMEM_BUDGET_SM90 for 1 CTA per SM, else the
+    SM's 228 KiB shared by cfg.ctas CTAs, less the 1 KiB each CTA reserves."""
+    if cfg.ctas <= 1:
+        return SMEM_BUDGET_SM90
+    return (228 * 1024) // cfg.ctas - 1024
 
 
 def try_resolve_wgmma_config(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool, budget: Int) -> Int4WgmmaConfig:

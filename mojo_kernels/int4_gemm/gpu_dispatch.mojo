@@ -18,6 +18,7 @@ from .config import (
     try_resolve_config,
     try_resolve_wgmma_config,
     wgmma_smem_usage,
+    wgmma_smem_budget,
     PIPE_WARP,
 )
 from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
@@ -40,6 +41,9 @@ comptime CFG_M64 = Int4GemmConfig(bm=64, bn=256, bk=64, wm=64, wn=64, stages=4, 
 """33 <= M <= 64: 4 bands x 2 partitions; 128 fp32 accumulators per thread (1 CTA per SM)."""
 comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=1, split_k=1)
 """M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
+comptime CFG_M16_K8 = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=4, warp_k=8, split_k=1, pipeline=PIPE_WARP)
+"""9 <= M <= 16 (v8, tuned_choice variant 2): CFG_M16_NARROW with 8 K parts: twice the warps
+per CTA, half the chunks per warp. Pinned on 8B.qkv, 8B.o, 8B.down, 70B.o."""
 comptime NARROW_BANDS = 64
 """Up to this many bands, small M uses the one-band-per-CTA configs."""
 
@@ -56,6 +60,12 @@ EXPERIMENTAL: wrong results on the H200 in v7b (A-register WAR hazard, see NOTES
 fix (_keep4) is verified only in SASS, not yet on the device."""
 comptime WG_CFG_128P = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4, pp=True)
 """WG_CFG_128, software-pipelined. EXPERIMENTAL (see WG_CFG_64P)."""
+comptime WG_CFG_64N = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
+"""33 <= M <= 64 (v8, pinned through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
+warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232; ~99 KB
+smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
+WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
+spills and serializes the wgmma, C7512.)"""
 comptime WGMMA_PIPELINED = False
 """Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
 pp path passes tests/mojo/int4_gemm_gpu_test.mojo with its `pp` flag on the device)."""
@@ -64,6 +74,8 @@ comptime WGMMA_MIN_M = 33
 comptime WG_VAR_64 = 0
 comptime WG_VAR_64W = 1
 comptime WG_VAR_128 = 2
+comptime WG_VAR_64N = 3
+"""WG_CFG_64N: chosen only through `tuned_wgmma`."""
 
 
 def _wg_split_cap(s: Int) -> Int:
@@ -81,9 +93,21 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     GPCs: measured 1.5-2x slower), the largest CTA count within the split's cap, each CTA
     keeping >= 8 stages (512) of K; ties go to the larger tile and the smaller split. If even
     split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
-    M <= 64 on the shapes the v6 table pins to two 32-token M-blocks (tuned_choice variant 1:
-    70B.o, 70B.down) stays on mma.sync: measured 45.5 / 130.7 us against 51.6 / 155.5.
+    The (M range, N, K) pins of `tuned_wgmma` come first; this rule is `wgmma_rule`.
     """
+    if m < WGMMA_MIN_M:
+        return (-1, 0)
+    var tw = tuned_wgmma(m, n, kp)
+    if tw[0] >= 0:
+        return tw
+    return wgmma_rule(m, n, kp)
+
+
+def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """`wgmma_plan` without the `tuned_wgmma` pins (the v7 plan; the benchmark times it as the
+    previous dispatch). M <= 64 on the shapes the v6 table pins to two 32-token M-blocks
+    (tuned_choice variant 1: 70B.o, 70B.down) stays on mma.sync (measured 45.5 / 130.7 us
+    against 51.6 / 155.5 for WG_CFG_64; `tuned_wgmma` now sends them to WG_CFG_64N)."""
     if m < WGMMA_MIN_M:
         return (-1, 0)
     if m <= 64 and tuned_choice(m, n, kp)[0] == 1:
@@ -109,14 +133,40 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     return (best_v, best_s)
 
 
+def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """(wgmma variant, split_k) pinned per (M range, N, K) ahead of `wgmma_rule`, or (-1, 0).
+    33 <= M <= 64 (the wgmma part of `tuned_choice`'s 17..64 range): WG_CFG_64N, measured at
+    M = 64 on the H200 (v8, us against the v7 plan): 8B.qkv split 4 20.08 / 20.40, 8B.o split 4
+    19.73 / 20.13, 8B.gate_up split 1 46.82 / 47.24, 8B.down split 4 44.87 / 45.33, 70B.qkv
+    split 2 51.02 / 51.43, 70B.o split 2 39.34 / 44.89 (mma.sync), 70B.down split 2
+    111.85 / 130.81 (mma.sync). 70B.gate_up keeps the rule's 64 x 512."""
+    if m >= WGMMA_MIN_M and m <= 64:
+        if kp == 4096:
+            if n == 6144 or n == 4096:
+                return (WG_VAR_64N, 4)
+            if n == 28672:
+                return (WG_VAR_64N, 1)
+        elif kp == 14336 and n == 4096:
+            return (WG_VAR_64N, 4)
+        elif kp == 8192:
+            if n == 10240 or n == 8192:
+                return (WG_VAR_64N, 2)
+        elif kp == 28672 and n == 8192:
+            return (WG_VAR_64N, 2)
+    return (-1, 0)
+
+
 def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
-    """-1: the mma.sync kernels; else WG_VAR_64 / WG_VAR_64W / WG_VAR_128 (see `wgmma_plan`)."""
+    """-1: the mma.sync kernels; else WG_VAR_64 / WG_VAR_64W / WG_VAR_128 / WG_VAR_64N (see
+    `wgmma_plan`)."""
     return wgmma_plan(m, n, kp)[0]
 
 
 def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
     if v == WG_VAR_64W:
         return WG_CFG_64W
+    if v == WG_VAR_64N:
+        return WG_CFG_64N
     comptime if WGMMA_PIPELINED:
         return WG_CFG_64P if v == WG_VAR_64 else WG_CFG_128P
     else:
@@ -131,8 +181,12 @@ def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) measured best on the H200 for the Llama-3 layer shapes of
     benchmarks/NOTES.md (MAX's own qint4 dispatch is keyed on (K, N) the same way);
     (-1, 0) elsewhere: then the band-count rule and `choose_split_k` decide.
-    variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config; 17..64: 0 = CFG_M64,
-    1 = CFG_M32 (two 32-token M-blocks)."""
+    variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config, 2 = CFG_M16_K8 (9..16
+    only); 17..64: 0 = CFG_M64, 1 = CFG_M32 (two 32-token M-blocks; for 33..64 only
+    `int4_gemm_gpu_mma` reads these rows: the dispatch takes `tuned_wgmma` there).
+    9..16, v8 (measured at M = 16, us against the v7 pin): 8B.qkv K8 split 1 12.29 / 13.05,
+    8B.o K8 split 2 11.71 / 11.87, 8B.down K8 split 2 20.31 / 22.22, 70B.o K8 split 1
+    19.71 / 21.06."""
     if m <= 8:
         if kp == 4096:
             if n == 6144:
@@ -155,18 +209,18 @@ def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     elif m <= 16:
         if kp == 4096:
             if n == 6144:
-                return (1, 1)
+                return (2, 1)
             if n == 4096:
-                return (1, 2)
+                return (2, 2)
             if n == 28672:
                 return (0, 1)
         elif kp == 14336 and n == 4096:
-            return (1, 2)
+            return (2, 2)
         elif kp == 8192:
             if n == 10240:
                 return (0, 1)
             if n == 8192:
-                return (0, 2)
+                return (2, 1)
             if n == 57344:
                 return (1, 1)
         elif kp == 28672 and n == 8192:
@@ -184,6 +238,8 @@ def tile_config_for(m: Int, n: Int, kp: Int) -> Int4GemmConfig:
     if m <= 8:
         return CFG_M8_NARROW if narrow else CFG_M8
     if m <= 16:
+        if t[0] == 2:
+            return CFG_M16_K8
         return CFG_M16_NARROW if narrow else CFG_M16
     if m <= 32 or (m <= 64 and t[0] == 1):
         return CFG_M32
@@ -320,6 +376,9 @@ def int4_gemm_gpu[
     elif v == WG_VAR_128:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, _C128](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_64N:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64N](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     else:
         int4_gemm_gpu_mma[dtype, group_size, has_zeros, has_bias](
             output, x, qweight, scales, zeros, bias, m, n, kp, ctx, np_eff, split_k)
@@ -364,7 +423,9 @@ def int4_gemm_gpu_mma[
         else:
             go[CFG_M8]()
     elif m <= 16:
-        if narrow:
+        if tuned[0] == 2:
+            go[CFG_M16_K8]()
+        elif narrow:
             go[CFG_M16_NARROW]()
         else:
             go[CFG_M16]()
@@ -381,7 +442,7 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
     var plan = wgmma_plan(m, n, kp)
     var v = plan[0]
     if v >= 0:
-        var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, SMEM_BUDGET_SM90)
+        var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, wgmma_smem_budget(wgmma_config_for(v)))
         var sp = split_k if split_k > 0 else plan[1]
         w = w.with_split_k(sp)
         return String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))

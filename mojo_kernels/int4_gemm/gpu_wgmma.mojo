@@ -52,7 +52,7 @@ from std.math import ceildiv
 
 from .config import (
     Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
-    wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config,
+    wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
 )
 from .gpu_mma import magic_value, nibble_pair
 
@@ -186,7 +186,7 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
 @__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
 @__llvm_metadata(
     MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(cfg.num_threads())),
-    `nvvm.minctasm`=SIMDLength(1),
+    `nvvm.minctasm`=SIMDLength(cfg.ctas),
 )
 def int4_gemm_wgmma_kernel[
     dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig,
@@ -288,8 +288,8 @@ def int4_gemm_wgmma_kernel[
     var wg = tid // 128
     if wg == 0:
         # ------------------------------ producer ------------------------------
-        comptime if NWG > 1:
-            warpgroup_reg_dealloc[40]()
+        comptime if cfg.uses_setmaxnreg():
+            warpgroup_reg_dealloc[cfg.producer_regs()]()
         if tid < 32:
             comptime xlay = tile_layout_k_major_typed[dtype, NT, WG_BK, SW128]
             var contiguous = band0 + NB <= npb  # every band of the CTA is in memory
@@ -339,8 +339,8 @@ def int4_gemm_wgmma_kernel[
             cluster_sync()
     else:
         # ------------------------------ consumers ------------------------------
-        comptime if NWG > 1:
-            warpgroup_reg_alloc[232]()
+        comptime if cfg.uses_setmaxnreg():
+            warpgroup_reg_alloc[cfg.consumer_regs()]()
         var cw = tid - 128  # consumer thread index
         var wl = (cw // 32) % 4
         var band_local = (cw // 128) * FPW + (wl * FPW) // 4  # this warp's band in the CTA
@@ -480,12 +480,13 @@ def choose_wgmma_split_k(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
     """CTAs per cluster along K for a fixed `cfg` (the dispatch uses gpu_dispatch.wgmma_plan,
     which also picks the tile): one CTA per SM, so the largest of 1, 2, 4 keeping the grid
     within one wave (<= 132 CTAs, <= 120 for clusters of 4, which pack less well into the
-    GPCs; 3, 5-8 measured 1.5-2x slower) and >= 8 stages (512 of K) per CTA."""
+    GPCs; 3, 5-8 measured 1.5-2x slower; cfg.ctas times that for configs built for several
+    CTAs per SM) and >= 8 stages (512 of K) per CTA."""
     var ctas = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
     var stages_total = kp // WG_BK
     var best = 1
     for s in [2, 4]:
-        var cap = 132 if s <= 2 else 120
+        var cap = (132 if s <= 2 else 120) * cfg.ctas
         if ctas * s <= cap and stages_total // s >= 8:
             best = s
     return best
@@ -504,8 +505,9 @@ def launch_int4_gemm_wgmma[
     ctx: DeviceContext,
 ) raises:
     """Launch `int4_gemm_wgmma_kernel` with `cfg` (stages resolved against the sm_90 smem budget
-    at compile time). split_k: 1..8, or 0 for `choose_wgmma_split_k`."""
-    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    at compile time; cfg.ctas = 2: half an SM's smem). split_k: 1..8, or 0 for
+    `choose_wgmma_split_k`."""
+    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
     comptime if r.stages == 0:
         raise Error("multistage_gemm_q: wgmma config ", cfg, " does not fit the shared-memory budget")
     else:

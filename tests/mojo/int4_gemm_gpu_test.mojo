@@ -8,9 +8,10 @@
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
 2. Fixture problems packed by python/mojo_gemm/quant/int4_layout.py with float64 results: the
    naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match,
-   and so must every wgmma config (gpu_wgmma.mojo) launched directly with split_k 1, 2, 3.
+   and so must every wgmma config (gpu_wgmma.mojo) launched directly with split_k 1, 2, 3, and
+   every mma.sync PIPE_WARP config launched directly with split_k 1, 2, 3.
 3. Random problems (dtypes, group sizes, zeros, bias, N tails, many M-tiles) against the naive
-   reference: `int4_gemm_gpu` and every wgmma config.
+   reference: `int4_gemm_gpu`, every wgmma config, and (M <= 16) every PIPE_WARP config.
 Every output is poisoned with NaN before each run. Exit code 1 on any failure.
 """
 
@@ -23,6 +24,8 @@ from mojo_kernels.int4_gemm.config import (
 from mojo_kernels.int4_gemm.config import Int4WgmmaConfig
 from mojo_kernels.int4_gemm.gpu_dispatch import (
     int4_gemm_gpu, int4_gemm_gpu_config, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P,
+    WG_CFG_64N, launch_int4_gemm_mma, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
+    CFG_M16_K8,
 )
 from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma
 from int4_gemm_ref import (
@@ -90,9 +93,40 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         one[WG_CFG_64](splits[i])
         one[WG_CFG_64W](splits[i])
         one[WG_CFG_128](splits[i])
+        one[WG_CFG_64N](splits[i])
         if with_pp:
             one[WG_CFG_64P](splits[i])
             one[WG_CFG_128P](splits[i])
+    return ok
+
+
+def mma_warp_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+    ctx: DeviceContext, op: Pointer[Scalar[dtype], MutAnyOrigin], xp: Pointer[Scalar[dtype], MutAnyOrigin],
+    qp: Pointer[UInt32, MutAnyOrigin], sp: Pointer[Scalar[dtype], MutAnyOrigin],
+    zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
+    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int],
+) raises -> Bool:
+    """Every PIPE_WARP (M <= 16 decode kernel) config launched directly with each split (>= 1), against `refbuf` (all M rows)."""
+    var ok = True
+
+    @always_inline
+    @__parameter
+    def one[cfg: Int4GemmConfig](sk: Int) raises:
+        fill_nan[dtype](ctx, op, m * n)
+        launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
+        var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    direct mma ", cfg.with_split_k(sk), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
+              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        ok = ok and good
+
+    for i in range(len(splits)):
+        if m <= 8:
+            one[CFG_M8](splits[i])
+            one[CFG_M8_NARROW](splits[i])
+        one[CFG_M16](splits[i])
+        one[CFG_M16_NARROW](splits[i])
+        one[CFG_M16_K8](splits[i])
     return ok
 
 
@@ -172,6 +206,10 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
         s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
         b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits, with_pp) and ok
+    ok = mma_warp_checks[dtype, group_size, has_zeros, has_bias](
+        ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
+        s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
+        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits) and ok
     return ok
 
 
@@ -213,6 +251,9 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
         ok = ok and good
     var wsplits: List[Int] = [0, 1, 4]
     ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits, with_pp) and ok
+    if m <= 16:
+        var msplits: List[Int] = [1, 2, 4, 8]
+        ok = mma_warp_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, msplits) and ok
     return ok
 
 
