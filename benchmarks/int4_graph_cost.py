@@ -1,0 +1,90 @@
+"""Where the int4 op's per-op time goes inside a MAX graph (diagnostic, GPU only, ~1.5 min).
+
+    python benchmarks/int4_graph_cost.py
+
+The graph method times `multistage_gemm_q` at 22-30 µs per op for small layers at M = 1 whose
+kernel takes ~10 µs, with ~20 µs of host time per op, twice MAX's own ops (RESULTS.md
+2026-12-01). Three graphs of R = 16 ops on 8B.o (N = K = 4096) at M = 1 separate the suspects:
+  symbolic+reshape: symbolic dims, the absent bias stood in by `scales.reshape([-1])` (as
+                    bench_int4_matmul.py and `int4_matmul` build it);
+  symbolic+input:   symbolic dims, the bias dummy a separate rank-1 graph input (no reshape);
+  static+input:     static dims, the bias dummy a separate rank-1 graph input.
+Prints per_op_us (execute + sync) and host_us (execute alone) per graph.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+R = 16
+N = K = 4096
+GROUP = 128
+
+
+def build(name: str, static: bool, reshape_bias: bool) -> Any:
+    """R int4 ops on distinct x; weights shared (the question is host cost, not bandwidth)."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    from mojo_gemm import kernels_package
+
+    gpu = DeviceRef.GPU()
+    m, kp, nb, kw, g, np_ = (1, K, N // 64, K * 8, K // GROUP, N) if static else (
+        "m", "kp", "nb", "kw", "g", "np")
+    types = [TensorType(DType.bfloat16, [m, kp], gpu) for _ in range(R)]
+    types += [TensorType(DType.uint32, [nb, kw], gpu), TensorType(DType.bfloat16, [g, np_], gpu)]
+    types += [TensorType(DType.bfloat16, [1], gpu)]
+    with Graph(name, input_types=types, custom_extensions=[kernels_package()]) as gr:
+        vals = [v.tensor for v in gr.inputs]
+        q, s, dummy = vals[R], vals[R + 1], vals[R + 2]
+        bias = s.reshape([-1]) if reshape_bias else dummy
+        outs = [ops.custom(
+            "multistage_gemm_q", gpu, [x, q, s, s, bias],
+            [TensorType(DType.bfloat16, [x.shape[0], s.shape[1]], gpu)],
+            parameters={"group_size": GROUP, "has_zeros": False, "has_bias": False},
+        )[0].tensor for x in vals[:R]]
+        gr.output(*outs)
+    return gr
+
+
+def main() -> None:
+    """Compiles and times the three graphs; prints one line each."""
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+
+    from mojo_gemm._host import to_buffer
+
+    dev = Accelerator()
+    session = InferenceSession(devices=[CPU(), dev])
+    rng = np.random.default_rng(0)
+    xs = [to_buffer(rng.standard_normal((1, K), dtype=np.float32), DType.bfloat16).to(dev)
+          for _ in range(R)]
+    qweight = rng.integers(0, 1 << 32, (N // 64, K * 8), dtype=np.uint32)
+    scales = rng.uniform(0.002, 0.02, (K // GROUP, N)).astype(np.float32)
+    q = to_buffer(qweight, DType.uint32).to(dev)
+    s = to_buffer(scales, DType.bfloat16).to(dev)
+    dummy = to_buffer(np.zeros(1, np.float32), DType.bfloat16).to(dev)
+    args = [*xs, q, s, dummy]
+    for name, static, reshape_bias in (("symbolic+reshape", False, True),
+                                       ("symbolic+input", False, False),
+                                       ("static+input", True, False)):
+        t0 = time.perf_counter()
+        model = session.load(build(name.replace("+", "_"), static, reshape_bias))
+        compile_s = time.perf_counter() - t0
+        per_op = harness.time_max_model(model, args, R, dev.synchronize) * 1e6
+        host = harness.time_max_host(model, args, R, dev.synchronize) * 1e6
+        print(f"{name:18s} per_op_us {per_op:6.1f}  host_us {host:6.1f}"
+              f"  (compile {compile_s:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
