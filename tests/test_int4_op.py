@@ -58,10 +58,10 @@ def _groups_dim(cfg: Config) -> str:
 
 def build_graph(dev: DeviceRef) -> Graph:
     """Inputs: x_<dtype> [m, kp], qweight [nb, kw], per config scales (+ zeros) [groups, np],
-    bias_<dtype> [n]; one output [m, n] per config. Dummies: zeros [1, 1], bias [1]."""
+    bias_<dtype> [1, n]; one output [m, n] per config. Dummies: zeros [1, 1], bias [1, 1]."""
     input_types = [TensorType(dt, ["m", "kp"], dev) for dt in DTYPES]
     input_types.append(TensorType(DType.uint32, ["nb", "kw"], dev))
-    input_types += [TensorType(dt, ["n"], dev) for dt in DTYPES]
+    input_types += [TensorType(dt, [1, "n"], dev) for dt in DTYPES]
     for cfg in CONFIGS:
         input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
         if cfg.has_zeros:
@@ -77,13 +77,13 @@ def build_graph(dev: DeviceRef) -> Graph:
             x = xs[cfg.dtype]
             scales = next(inputs)
             zeros = next(inputs) if cfg.has_zeros else ops.constant([[0.0]], cfg.dtype, dev)
-            bias = biases[cfg.dtype] if cfg.has_bias else ops.constant([0.0], cfg.dtype, dev)
+            bias = biases[cfg.dtype] if cfg.has_bias else ops.constant([[0.0]], cfg.dtype, dev)
             outs.append(
                 ops.custom(
                     OP,
                     dev,
                     [x, qweight, scales, zeros, bias],
-                    [TensorType(cfg.dtype, [x.shape[0], biases[cfg.dtype].shape[0]], dev)],
+                    [TensorType(cfg.dtype, [x.shape[0], biases[cfg.dtype].shape[1]], dev)],
                     parameters={
                         "group_size": cfg.group_size,
                         "has_zeros": cfg.has_zeros,
@@ -117,7 +117,7 @@ def make_case(m: int, n: int, kp: int, rng: np.random.Generator, device: Device)
     codes = rng.integers(0, 16, (np_, kp), dtype=np.uint8)
     feeds = [to_buffer(x[dt], dt) for dt in DTYPES]
     feeds.append(Buffer.from_numpy(pack_codes(codes)))
-    feeds += [to_buffer(bias[dt], dt) for dt in DTYPES]
+    feeds += [to_buffer(bias[dt][None, :], dt) for dt in DTYPES]
     expected = []
     for cfg in CONFIGS:
         g = kp if cfg.group_size < 0 else cfg.group_size
