@@ -3,7 +3,7 @@
 # pytest processes (graph compiles dominate; timing is not measured by tests), then the named
 # parts. Logs, RESULTS.md and benchmark JSON go to $OUT (or ./gpu-session-out).
 #   scripts/gpu-session.sh tests            # gpu tests only
-#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example graph-floor diag
+#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example graph-floor int4-cost diag
 # Run from the repository root with PYTHONPATH=/root/site:$PWD/python and MAX's bin on PATH.
 set -uo pipefail
 out=${OUT:-gpu-session-out}
@@ -39,6 +39,9 @@ for part in "$@"; do
     graph-floor)
       timeout 300 python benchmarks/graph_floor.py > "$out/graph_floor.log" 2>&1
       echo "rc=$?" >> "$out/graph_floor.log"; tail -12 "$out/graph_floor.log" ;;
+    int4-cost)
+      timeout 240 python benchmarks/int4_graph_cost.py > "$out/int4_graph_cost.log" 2>&1
+      echo "rc=$?" >> "$out/int4_graph_cost.log"; tail -6 "$out/int4_graph_cost.log" ;;
     diag)
       timeout 400 python scripts/decoder_diagnosis.py --device gpu > "$out/decoder_diagnosis.log" 2>&1
       echo "rc=$?" >> "$out/decoder_diagnosis.log"; tail -8 "$out/decoder_diagnosis.log" ;;
