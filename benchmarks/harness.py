@@ -5,7 +5,8 @@
   are smaller than L2 (60 MB) so L2 does not serve them; median over runs of
   (execute + synchronize) / R, after warm-up. `call_us` is one op per graph, as a user sees it.
 - torch contenders: triton.testing.do_bench(warmup=25, rep=100, median), which flushes L2.
-- In-graph kernel time (diagnostic): `trace_kernel_us`, a CUPTI trace of one execute.
+- In-graph kernel time (diagnostic): `trace_kernel_us` / `trace_kernel_total_us`, a CUPTI
+  trace of one execute.
 - Results: a JSON file per run under benchmarks/out/ and a markdown table appended to
   benchmarks/RESULTS.md with the date, device and versions.
 """
@@ -79,12 +80,11 @@ def time_max_host(model: Any, args: Sequence[Any], copies: int,
     return statistics.median(samples) / copies
 
 
-def trace_kernel_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
-                    name_part: str = "mojo_kernels") -> float | None:
-    """Median device duration (µs) of the kernels whose name contains `name_part` in one
-    execute of `model`, from a CUPTI trace (torch.profiler sees the launches of MAX's stream
-    too). The kernel's own time inside the graph, next to the graph method's per-op time.
-    None when torch is missing or the trace has no such kernel."""
+def _trace_kernel_spans(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
+                        name_part: str) -> list[float] | None:
+    """Device durations (µs) of the kernels whose name contains `name_part` (memory copies and
+    sets excluded) in one execute of `model`, from a CUPTI trace (torch.profiler sees the
+    launches of MAX's stream too). None when torch is missing or the trace fails."""
     try:
         from torch.profiler import ProfilerActivity, profile
     except ImportError:
@@ -96,11 +96,29 @@ def trace_kernel_us(model: Any, args: Sequence[Any], synchronize: Callable[[], N
             model.execute(*args)
             synchronize()
     except (RuntimeError, OSError, AssertionError) as e:  # diagnostic: never lose the row
-        print(f"trace_kernel_us: no trace ({e!r})"[:300], flush=True)
+        print(f"trace: no trace ({e!r})"[:300], flush=True)
         return None
-    spans = [e.time_range.end - e.time_range.start for e in prof.events()
-             if e.device_type.name == "CUDA" and name_part in e.name]
+    return [e.time_range.end - e.time_range.start for e in prof.events()
+            if e.device_type.name == "CUDA" and name_part in e.name
+            and not e.name.startswith(("Memcpy", "Memset"))]
+
+
+def trace_kernel_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
+                    name_part: str = "mojo_kernels") -> float | None:
+    """Median device duration (µs) of the kernels whose name contains `name_part` in one
+    execute of `model`: the kernel's own time inside the graph, next to the graph method's
+    per-op time. None when torch is missing or the trace has no such kernel."""
+    spans = _trace_kernel_spans(model, args, synchronize, name_part)
     return statistics.median(spans) if spans else None
+
+
+def trace_kernel_total_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
+                          name_part: str = "mojo_kernels") -> float | None:
+    """Summed device duration (µs) of the kernels whose name contains `name_part` ("" = every
+    kernel) in one execute of `model`; divided by the ops per graph it is the kernel time per
+    op even when an op launches several kernels. None as for `trace_kernel_us`."""
+    spans = _trace_kernel_spans(model, args, synchronize, name_part)
+    return sum(spans) if spans else None
 
 
 def torch_do_bench(fn: Callable[[], Any]) -> float:
