@@ -19,11 +19,9 @@ from .layout import (
     Fp8Ptr,
     KCacheShape,
     U32Ptr,
-    find_sequence,
     is_fp8_cache,
-    slot_is_valid,
     store_cast,
-    token_position,
+    token_slot,
 )
 
 comptime F32 = DType.float32
@@ -93,13 +91,11 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
         for r in range(MR):
             seq[unsafe_offset=r] = -1
             if r < rows:
-                var b = find_sequence(offsets, B, t0 + r)
-                if b >= 0:
-                    var p = token_position(offsets, cache_lengths, b, t0 + r)
-                    if slot_is_valid[page_size](lut, shape, b, p):
-                        seq[unsafe_offset=r] = b
-                        pos[unsafe_offset=r] = p
-                        any_valid = True
+                var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + r)
+                if slot[0] >= 0:
+                    seq[unsafe_offset=r] = slot[0]
+                    pos[unsafe_offset=r] = slot[1]
+                    any_valid = True
         if not any_valid:
             return
         var acc = stack_allocation[MR * NT, Float32]()

@@ -42,11 +42,9 @@ from .layout import (
     Fp8Ptr,
     KCacheShape,
     U32Ptr,
-    find_sequence,
     is_fp8_cache,
-    slot_is_valid,
     store_cast,
-    token_position,
+    token_slot,
 )
 
 comptime F32 = DType.float32
@@ -77,17 +75,9 @@ def _resolve_rows[page_size: Int, BT: Int](
     """Threads < BT write (b, pos) of token t0 + tid into rows[2 tid], b = -1 when skipped."""
     var tid = thread_idx.x
     if tid < BT:
-        var t = t0 + tid
-        var b = -1
-        var pos = 0
-        if t < Int(shape.T):
-            b = find_sequence(offsets, Int(shape.B), t)
-            if b >= 0:
-                pos = token_position(offsets, cache_lengths, b, t)
-                if not slot_is_valid[page_size](lut, shape, b, pos):
-                    b = -1
-        rows[unsafe_offset=2 * tid] = Int32(b)
-        rows[unsafe_offset=2 * tid + 1] = Int32(pos)
+        var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + tid)
+        rows[unsafe_offset=2 * tid] = Int32(slot[0])
+        rows[unsafe_offset=2 * tid + 1] = Int32(slot[1])
 
 
 @always_inline

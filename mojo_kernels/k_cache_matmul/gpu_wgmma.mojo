@@ -36,11 +36,9 @@ from .layout import (
     Fp8Ptr,
     KCacheShape,
     U32Ptr,
-    find_sequence,
     is_fp8_cache,
-    slot_is_valid,
     store_cast,
-    token_position,
+    token_slot,
 )
 
 comptime F32 = DType.float32
@@ -221,17 +219,10 @@ def _wgmma_kernel[
                 accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sa * sw)
 
     # epilogue: rows straight into the paged cache
-    var B = Int(shape.B)
     comptime for half in range(2):
-        var r = r_lo + 8 * half
-        var b = -1
-        var pos = 0
-        if r < T:
-            b = find_sequence(offsets, B, r)
-            if b >= 0:
-                pos = token_position(offsets, cache_lengths, b, r)
-                if not slot_is_valid[page_size](lut, shape, b, pos):
-                    b = -1
+        var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, r_lo + 8 * half)
+        var b = slot[0]
+        var pos = slot[1]
         if b >= 0:
             var dst = k_cache.block_paged_ptr[1](b, pos, 0, 0)
             comptime for j in range(FRAG // 4):

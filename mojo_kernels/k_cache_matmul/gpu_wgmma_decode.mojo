@@ -47,11 +47,9 @@ from .layout import (
     Fp8Ptr,
     KCacheShape,
     U32Ptr,
-    find_sequence,
     is_fp8_cache,
-    slot_is_valid,
     store_cast,
-    token_position,
+    token_slot,
 )
 
 comptime F32 = DType.float32
@@ -224,17 +222,9 @@ def _wgmma_decode_kernel[
             # warps 1-3 resolve each token's cache slot while the ring fills (read after the
             # barrier below)
             for tl in range(tid - 32, TN, 96):
-                var t = t0 + tl
-                var b = -1
-                var pos = 0
-                if t < T:
-                    b = find_sequence(offsets, Int(shape.B), t)
-                    if b >= 0:
-                        pos = token_position(offsets, cache_lengths, b, t)
-                        if not slot_is_valid[page_size](lut, shape, b, pos):
-                            b = -1
-                rows[unsafe_offset=2 * tl] = Int32(b)
-                rows[unsafe_offset=2 * tl + 1] = Int32(pos)
+                var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + tl)
+                rows[unsafe_offset=2 * tl] = Int32(slot[0])
+                rows[unsafe_offset=2 * tl + 1] = Int32(slot[1])
         barrier()  # the consumers' accumulators are in shared memory; they store them
         return
 

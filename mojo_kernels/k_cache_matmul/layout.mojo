@@ -175,6 +175,23 @@ def slot_is_valid[page_size: Int](lut: U32Ptr, shape: KCacheShape, b: Int, pos: 
 
 
 @always_inline
+def token_slot[page_size: Int](
+    offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int
+) -> Tuple[Int, Int]:
+    """(b, pos): token t's sequence and cache position, or b = -1 when nothing is written for
+    it (t >= T, t outside the offsets, or a page the lookup table / kv_blocks lacks)."""
+    if t >= Int(shape.T):
+        return (-1, 0)
+    var b = find_sequence(offsets, Int(shape.B), t)
+    if b < 0:
+        return (-1, 0)
+    var pos = token_position(offsets, cache_lengths, b, t)
+    if not slot_is_valid[page_size](lut, shape, b, pos):
+        return (-1, 0)
+    return (b, pos)
+
+
+@always_inline
 def store_cast[cache_dtype: DType, width: Int](v: SIMD[DType.float32, width]) -> SIMD[cache_dtype, width]:
     """Converts fp32 to the cache's dtype (round to nearest; fp8 saturates to +-448)."""
     return v.cast[cache_dtype]()
