@@ -1,4 +1,4 @@
-"""Decode timing (T <= 64) of the FP8 K-cache op's mma.sync path on the issue-5 shapes (no checks:
+"""Decode timing (T <= 128) of the FP8 K-cache op's dispatch on the issue-5 shapes (no checks:
 tests/mojo/k_cache_gpu_harness.mojo checks the same kernels). One weight, so weights under the
 60 MB L2 may be served from it: N = 8192, K = 8192 (64 MB) is the honest bandwidth row.
 

@@ -9,7 +9,7 @@ launches what it picked. First match wins:
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
    + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
    the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
-   62.4 / 119 us with the mma.sync configs of 4., 20.4 / 22.7 / 27.1 / 43.2 us with it.
+   62.4 / 119 us with the mma.sync configs of 4., 20.0 / 21.5 / 24.3 / 42.6 us with it.
 4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
@@ -36,7 +36,7 @@ from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
-from .gpu_wgmma_decode import DecodeConfig, MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
+from .gpu_wgmma_decode import MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
 from .layout import (
     F32Ptr,
     Fp8Ptr,

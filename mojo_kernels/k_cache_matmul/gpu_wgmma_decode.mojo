@@ -84,8 +84,8 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
 
     def consumer_regs(self) -> Int:
         """Registers per consumer thread after setmaxnreg, the producer keeping 40, one CTA per
-        SM: 40 + 2 x 232 = 3 x 168 (384 threads); 40 + 3 x 152 <= 4 x 128 (512 threads)."""
-        return 232 if self.consumers <= 2 else 152
+        SM: 40 + 2 x 232 = 3 x 168 (384 threads; one consumer: 40 + 232 <= 2 x 255)."""
+        return 232
 
     def x_tile(self) -> Int:
         return self.tn * BK
@@ -106,7 +106,7 @@ comptime SMEM_BUDGET = 227 * 1024
 """Dynamic shared memory one sm_90 CTA may use."""
 comptime DECODE_CONSUMERS = 2
 """Consumer warpgroups. Measured at N = 8192: one was 7-60 % slower (its wgmma -> wait ->
-promote chain per K tile is not hidden), three no faster than two."""
+promote chain per K tile is not hidden), three (152 registers each) no faster than two."""
 
 
 def decode_config(t: Int) -> DecodeConfig:
@@ -169,6 +169,7 @@ def _wgmma_decode_kernel[
     k_cache: cache_t,
     shape: KCacheShape,
 ):
+    comptime assert cfg.consumers == 1 or cfg.consumers == 2, "consumer_regs budgets 1 or 2 consumers"
     comptime TN = cfg.tn
     comptime STAGES = cfg.stages
     comptime X_TILE = cfg.x_tile()
@@ -197,7 +198,6 @@ def _wgmma_decode_kernel[
     barrier()
 
     var K = Int(shape.K)
-    var T = Int(shape.T)
     var N = Int(shape.N)
     var num_k_tiles = ceildiv(K, BK * KS)
     var n0 = block_idx.x * ROWS

@@ -13,6 +13,16 @@ from .layout import KCacheShape
 comptime _INT32_MAX = 2**31 - 1
 
 
+def plan_shape(t: Int, n: Int, k: Int, a_stride: Int, w_stride: Int) -> KCacheShape:
+    """The KCacheShape the plan sees: only T, K, N and the row strides enter `k_cache_gpu_plan`;
+    the cache fields are placeholders."""
+    return KCacheShape(
+        T=Int32(t), K=Int32(k), N=Int32(n), B=Int32(1), as_stride=Int32(0), ws_stride=Int32(0),
+        lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
+        a_stride=Int32(a_stride), w_stride=Int32(w_stride),
+    )
+
+
 def write_k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](
     dst: Pointer[UInt8, MutAnyOrigin], capacity: Int, t: Int, n: Int, k: Int, a_stride: Int, w_stride: Int
 ) raises:
@@ -31,11 +41,5 @@ def write_k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](
     if max(t, n, k, a_stride, w_stride) > _INT32_MAX:
         raise Error("k_matmul_ragged_paged_scale_plan: sizes must fit in Int32, got T=", t, " N=", n, " K=", k,
                     " a_stride=", a_stride, " w_stride=", w_stride)
-    # only T, K, N and the row strides enter the plan; the cache fields are placeholders
-    var shape = KCacheShape(
-        T=Int32(t), K=Int32(k), N=Int32(n), B=Int32(1), as_stride=Int32(0), ws_stride=Int32(0),
-        lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
-        a_stride=Int32(a_stride), w_stride=Int32(w_stride),
-    )
-    write_nul_padded(dst, capacity, k_cache_gpu_plan_text[gm, gn, gk](shape),
+    write_nul_padded(dst, capacity, k_cache_gpu_plan_text[gm, gn, gk](plan_shape(t, n, k, a_stride, w_stride)),
                      "k_matmul_ragged_paged_scale_plan")

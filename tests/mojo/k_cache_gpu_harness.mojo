@@ -19,7 +19,8 @@ from std.math import ceildiv
 
 from mojo_kernels.k_cache_matmul.entry import kv_matmul_ragged_paged_scale
 from mojo_kernels.k_cache_matmul.gpu import k_cache_gpu_plan_text
-from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF, KCacheShape
+from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF
+from mojo_kernels.k_cache_matmul.plan import plan_shape
 from mojo_kernels.fp8_quant.launcher import quantize_fp8_rows
 
 comptime U8 = DType.uint8
@@ -162,12 +163,7 @@ def run_case[
     ctx.synchronize()
     print("==", name, ": half", "K" if half == K_HALF else "V", " T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
           " cache", cache_dtype, " pad", pad)
-    var plan_shape = KCacheShape(
-        T=Int32(T), K=Int32(K), N=Int32(N), B=Int32(B), as_stride=Int32(0), ws_stride=Int32(0),
-        lut_stride=Int32(0), lut_cols=Int32(0), num_pages=Int32(0), n_kv_scale=Int32(1),
-        a_stride=Int32(K), w_stride=Int32(K),
-    )
-    print("   plan:", k_cache_gpu_plan_text[gm, gn, gk](plan_shape))
+    print("   plan:", k_cache_gpu_plan_text[gm, gn, gk](plan_shape(T, N, K, K, K)))
 
     if check:
         var g_arena = unsafe_alloc[Scalar[cache_dtype]](arena_len)
