@@ -1,9 +1,9 @@
 """Hopper (sm_90a) path of `k_matmul_ragged_paged_scale` for many tokens: TMA + wgmma FP8.
 
 Warp-specialized like shared/mojo-examples/hopper/wgmma_fp8.mojo (verified there): one CTA
-computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
-64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
-gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
+computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; LARGE3:
+192 x 128, 512 threads, when its waves finish sooner; SMALL: 64 x 64, 256 threads, when LARGE
+would leave SMs idle: `wgmma_tiles`, which gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
 "full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues
 wgmma m64nBNk32 (4 per K tile) into a per-tile fp32 accumulator, wait for it, release the stage, and
@@ -80,16 +80,28 @@ struct WgmmaConfig(ImplicitlyCopyable, Writable):
 
     def consumer_regs(self) -> Int:
         """Registers per consumer thread after setmaxnreg, the producer keeping 40: the SM's
-        65536 split over `ctas_per_sm` CTAs (LARGE 40 + 2 x 232, SMALL 40 + 160 of 2 x 128)."""
+        65536 split over `ctas_per_sm` CTAs (LARGE 40 + 2 x 232, SMALL 40 + 160 of 2 x 128,
+        three consumers 40 + 3 x 152 of 4 x 128)."""
+        if self.consumers == 3:
+            return 152
         return 232 if self.consumers > 1 else 160
 
 
 comptime LARGE = WgmmaConfig(2, 128)
 """128 tokens x 128 columns, 384 threads: many tokens."""
+comptime LARGE3 = WgmmaConfig(3, 128)
+"""192 tokens x 128 columns, 512 threads: three consumers hide each other's wgmma -> wait ->
+promote chain better than two. H200, standalone (benchmarks/NOTES.md v6): N = 8192, K = 8192,
+T = 4096 636 us (862 TFLOP/s) vs 744 with LARGE; T = 1024 179 vs 191 us."""
 comptime SMALL = WgmmaConfig(1, 64)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
 comptime MIN_CTAS_FOR_LARGE = 120
-"""LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
+"""LARGE tiles from this many CTAs on (`wgmma_tiles`)."""
+comptime SMS = 132
+"""H200 SMs: one LARGE or LARGE3 CTA runs per SM, so CTAs run in waves of this many."""
+comptime LARGE3_TILE_COST = 129
+"""Time of one LARGE3 tile in percent of one LARGE tile's (1.5x the work at 862 instead of 740
+TFLOP/s per SM, both measured at full waves)."""
 
 
 @__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
@@ -257,10 +269,24 @@ def wgmma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     )
 
 
-def wgmma_large_tiles(shape: KCacheShape) -> Bool:
-    """LARGE tiles when they give at least MIN_CTAS_FOR_LARGE CTAs, else SMALL ones."""
+comptime TILES_SMALL = 0
+comptime TILES_LARGE = 1
+comptime TILES_LARGE3 = 2
+
+
+def wgmma_tiles(shape: KCacheShape) -> Int:
+    """The CTA tile of the wgmma kernel (TILES_*): SMALL when LARGE gives fewer than
+    MIN_CTAS_FOR_LARGE CTAs; else LARGE3 when its waves of SMS CTAs, each wave costing
+    LARGE3_TILE_COST % of a LARGE wave, finish sooner than LARGE's (many tokens and weight rows:
+    N = 8192, T >= 1024), LARGE otherwise (N = 1024, T = 4096: 256 LARGE CTAs fill two waves,
+    176 LARGE3 CTAs fill 1.3)."""
     var ctas = ceildiv(Int(shape.N), LARGE.bn) * ceildiv(Int(shape.T), LARGE.bm())
-    return ctas >= MIN_CTAS_FOR_LARGE
+    if ctas < MIN_CTAS_FOR_LARGE:
+        return TILES_SMALL
+    var ctas3 = ceildiv(Int(shape.N), LARGE3.bn) * ceildiv(Int(shape.T), LARGE3.bm())
+    if ceildiv(ctas3, SMS) * LARGE3_TILE_COST < ceildiv(ctas, SMS) * 100:
+        return TILES_LARGE3
+    return TILES_LARGE
 
 
 def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
@@ -277,7 +303,7 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig]
     ctx: DeviceContext,
 ) raises:
     """Builds the two TMA descriptors (host side, no allocation) and launches the kernel with
-    CTA shape `cfg` (LARGE or SMALL, as `k_cache_gpu_plan` picked by `wgmma_large_tiles`)."""
+    CTA shape `cfg` (LARGE, LARGE3 or SMALL, as `k_cache_gpu_plan` picked by `wgmma_tiles`)."""
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)
