@@ -193,8 +193,8 @@ def to_device(array: np.ndarray, dev: Any) -> Any:
     return Buffer.from_numpy(np.ascontiguousarray(array)).to(dev)
 
 
-def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]]) -> None:
-    """MAX 26.7's qmatmul_b4_g128 (after its repack), per layer (static N, K), all M."""
+def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]], m_values: tuple[int, ...]) -> None:
+    """MAX 26.7's qmatmul_b4_g128 (after its repack), per layer (static N, K), at m_values."""
     from max.driver import Accelerator
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -238,7 +238,7 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]]) -> None:
             rng.uniform(0.002, 0.02, (2 * k // GROUP) * n // 2).astype(np.float16).tobytes(),
             np.uint8).reshape(-1, n)
         packed = [repack.execute(to_device(raw, acc))[0] for _ in range(nw)]
-        for m in M_VALUES:
+        for m in m_values:
             xs = [to_buffer(rng.standard_normal((m, k), dtype=np.float32), DType.bfloat16).to(acc)
                   for _ in range(R)]
             sec = harness.time_max_model(model, [*xs, *(packed[i % nw] for i in range(R))], R,
@@ -292,7 +292,7 @@ def main() -> None:
     m_values = tuple(int(v) for v in os.environ.get("BENCH_M", "").split(",") if v) or M_VALUES
     floor = graph_floor()
     run_ours(rows, "gpu", layers, m_values)
-    run_max_builtin(rows)
+    run_max_builtin(rows, m_values)
     for r in rows.values():
         if "ours_us" in r and "cublas_us" in r:
             r["x_cublas"] = r["cublas_us"] / r["ours_us"]
