@@ -2,9 +2,8 @@
 
 Expected strings follow the rules of k_cache_matmul/gpu.mojo (`k_cache_gpu_plan`:
 WGMMA_MIN_TOKENS = 128, LARGE_N = 4096, DECODE_MIN_CTAS = 100, the MMA_* configs),
-gpu_wgmma.mojo (`wgmma_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs, else
-SMALL 64x64; LARGE3 192x128 when ceil(CTAs / 132) waves at 1.29 x a LARGE wave finish sooner)
-and gpu_wgmma_decode.mojo (`decode_config`).
+gpu_wgmma.mojo (`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs,
+else SMALL 64x64) and gpu_wgmma_decode.mojo (`decode_config`).
 """
 
 from __future__ import annotations
@@ -37,12 +36,9 @@ CASES = [
     # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
-    (256, 8192, "wgmma 128x128"),  # 64 x 2 = 128 CTAs: one wave either way
-    (4096, 1024, "wgmma 128x128"),  # 256 CTAs (2 waves) vs 8 x 22 = 176 LARGE3 (2 waves)
-    # LARGE3: 64 x 6 = 384 CTAs (3 waves, 3.87 LARGE waves) vs 64 x 8 = 512 (4 waves)
-    (1024, 8192, "wgmma 192x128"),
-    (4096, 8192, "wgmma 192x128"),  # 11 waves (14.2) vs 16
-    (2048, 2048, "wgmma 128x128"),  # 16 x 11 = 176 (2 waves, 2.58) vs 16 x 16 = 256 (2)
+    (256, 8192, "wgmma 128x128"),  # 64 x 2 = 128 CTAs
+    (4096, 1024, "wgmma 128x128"),  # 8 x 32 = 256 CTAs
+    (4096, 8192, "wgmma 128x128"),
 ]
 
 

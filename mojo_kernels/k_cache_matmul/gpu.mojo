@@ -5,7 +5,7 @@ it, plan.mojo writes it for the `k_matmul_ragged_paged_scale_plan` op) and `k_ca
 launches what it picked. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
-   LARGE, LARGE3 or SMALL tiles by `wgmma_tiles`.
+   LARGE or SMALL tiles by `wgmma_large_tiles`.
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
    + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
    the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
@@ -35,16 +35,7 @@ from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
-from .gpu_wgmma import (
-    LARGE,
-    LARGE3,
-    SMALL,
-    TILES_LARGE,
-    TILES_LARGE3,
-    launch_wgmma,
-    wgmma_path_supported,
-    wgmma_tiles,
-)
+from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .gpu_wgmma_decode import MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
 from .layout import (
     F32Ptr,
@@ -354,7 +345,6 @@ comptime PLAN_MMA_PREFILL = 7
 comptime PLAN_SIMT = 8
 comptime PLAN_WGMMA_DECODE = 9
 """The swap-AB decode kernel (gpu_wgmma_decode.mojo)."""
-comptime PLAN_WGMMA_LARGE3 = 10
 comptime DECODE_MIN_CTAS = 100
 """The swap-AB decode kernel (one CTA per 64 weight rows) from this many CTAs on (N >= 6337):
 with fewer, too many SMs would sit idle and the mma.sync kernel's smaller CTAs spread better."""
@@ -375,10 +365,7 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
         return PLAN_NONE
     comptime if gk % 128 == 0:
         if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
-            var tiles = wgmma_tiles(shape)
-            if tiles == TILES_LARGE3:
-                return PLAN_WGMMA_LARGE3
-            return PLAN_WGMMA_LARGE if tiles == TILES_LARGE else PLAN_WGMMA_SMALL
+            return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
         if T <= MAX_TOKENS and ceildiv(Int(shape.N), ROWS) >= DECODE_MIN_CTAS and wgmma_path_supported[gk](shape):
             return PLAN_WGMMA_DECODE
     comptime if gk % 64 == 0:
@@ -401,8 +388,6 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Stri
         return String("none (T=0)") if Int(shape.T) == 0 else String("none (N=0)")
     if plan == PLAN_WGMMA_LARGE:
         return String(LARGE)
-    if plan == PLAN_WGMMA_LARGE3:
-        return String(LARGE3)
     if plan == PLAN_WGMMA_SMALL:
         return String(SMALL)
     if plan == PLAN_WGMMA_DECODE:
@@ -453,10 +438,6 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
     comptime if gk % 128 == 0:
         if plan == PLAN_WGMMA_LARGE:
             launch_wgmma[gm, gn, gk, cache_t, LARGE](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
-        if plan == PLAN_WGMMA_LARGE3:
-            launch_wgmma[gm, gn, gk, cache_t, LARGE3](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
             return
         if plan == PLAN_WGMMA_SMALL:

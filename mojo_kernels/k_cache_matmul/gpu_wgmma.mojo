@@ -1,15 +1,19 @@
 """Hopper (sm_90a) path of `k_matmul_ragged_paged_scale` for many tokens: TMA + wgmma FP8.
 
 Warp-specialized like shared/mojo-examples/hopper/wgmma_fp8.mojo (verified there): one CTA
-computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; LARGE3:
-192 x 128, 512 threads, when its waves finish sooner; SMALL: 64 x 64, 256 threads, when LARGE
-would leave SMs idle: `wgmma_tiles`, which gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
+computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
+64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
+gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
-"full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues
-wgmma m64nBNk32 (4 per K tile) into a per-tile fp32 accumulator, wait for it, release the stage, and
-multiply it by that K block's input_scale (per token) and weight_scale (per column) in fp32
-registers before adding it to the running fp32 result (promotion: Hopper's FP8 tensor cores
-accumulate with reduced precision, so no sum longer than one 128-wide block stays inside them).
+"full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32
+(4 per K tile, the first with scale-d = 0 so the block accumulator needs no zeroing) into a
+per-tile fp32 block accumulator, then multiplies it by that K block's input_scale (per token) and
+weight_scale (per column) in fp32 registers and adds it to the running fp32 result (promotion:
+Hopper's FP8 tensor cores accumulate with reduced precision, so no sum longer than one 128-wide
+block stays inside them). With gn a multiple of the tile width, two block accumulators alternate:
+tile kt + 1's wgmmas are issued before tile kt is waited for (wait_group 1), released and
+promoted, so the promotion overlaps the warpgroup's own next MMAs (H200, benchmarks/NOTES.md v6:
+N = 1024, K = 8192, T = 4096 100 -> 67.7 us, 1018 TFLOP/s).
 The epilogue divides by kv_scale for an fp8 cache, casts, and stores each token's row segment
 straight into its paged-cache slot (rows past T, skipped tokens and columns past N are not
 written). Requirements (checked by `wgmma_path_supported`): gk % 128 == 0, K % 16 == 0 and
@@ -80,28 +84,34 @@ struct WgmmaConfig(ImplicitlyCopyable, Writable):
 
     def consumer_regs(self) -> Int:
         """Registers per consumer thread after setmaxnreg, the producer keeping 40: the SM's
-        65536 split over `ctas_per_sm` CTAs (LARGE 40 + 2 x 232, SMALL 40 + 160 of 2 x 128,
-        three consumers 40 + 3 x 152 of 4 x 128)."""
-        if self.consumers == 3:
-            return 152
+        65536 split over `ctas_per_sm` CTAs (LARGE 40 + 2 x 232, SMALL 40 + 160 of 2 x 128)."""
         return 232 if self.consumers > 1 else 160
 
 
 comptime LARGE = WgmmaConfig(2, 128)
 """128 tokens x 128 columns, 384 threads: many tokens."""
-comptime LARGE3 = WgmmaConfig(3, 128)
-"""192 tokens x 128 columns, 512 threads: three consumers hide each other's wgmma -> wait ->
-promote chain better than two. H200, standalone (benchmarks/NOTES.md v6): N = 8192, K = 8192,
-T = 4096 636 us (862 TFLOP/s) vs 744 with LARGE; T = 1024 179 vs 191 us."""
 comptime SMALL = WgmmaConfig(1, 64)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
 comptime MIN_CTAS_FOR_LARGE = 120
-"""LARGE tiles from this many CTAs on (`wgmma_tiles`)."""
-comptime SMS = 132
-"""H200 SMs: one LARGE or LARGE3 CTA runs per SM, so CTAs run in waves of this many."""
-comptime LARGE3_TILE_COST = 129
-"""Time of one LARGE3 tile in percent of one LARGE tile's (1.5x the work at 862 instead of 740
-TFLOP/s per SM, both measured at full waves)."""
+"""LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
+
+
+@always_inline
+def _tile_scales[gm: Int, gn: Int, gk: Int](
+    in_scale: F32Ptr, w_scale: F32Ptr, shape: KCacheShape, kt: Int, r_lo: Int, n0: Int
+) -> SIMD[F32, 4]:
+    """K tile kt's scales for a consumer thread when gn is a multiple of the tile width: (input
+    scale of token r_lo, of token r_lo + 8 (0 past T), weight scale of the tile's columns, 0)."""
+    var kb = (kt * BK) // gk
+    var as_stride = Int(shape.as_stride)
+    var T = Int(shape.T)
+    var r_hi = r_lo + 8
+    return SIMD[F32, 4](
+        in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0),
+        in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0),
+        w_scale[unsafe_offset=(n0 // gn) * Int(shape.ws_stride) + kb],
+        Float32(0),
+    )
 
 
 @__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
@@ -185,7 +195,7 @@ def _wgmma_kernel[
     var accum = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
-    var tmp = TileTensor(
+    var blk = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
     comptime for i in range(FRAG):
@@ -195,40 +205,109 @@ def _wgmma_kernel[
     ]()
     var as_stride = Int(shape.as_stride)
     var ws_stride = Int(shape.ws_stride)
-    for kt in range(num_k_tiles):
-        var s = kt % STAGES
-        var phase = UInt32((kt // STAGES) & 1)
-        var kb = (kt * BK) // gk
-        # this block's scales, loaded before waiting for the tiles
-        var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
-        var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
-        var sw_tile = Float32(0)
-        comptime if gn % BN == 0:
-            sw_tile = w_scale[unsafe_offset=(n0 // gn) * ws_stride + kb]
-        full[unsafe_offset=s].wait(phase)
-        comptime for i in range(FRAG):
-            tmp[0, i] = 0
-        var a_t = TileTensor(a_smem.unsafe_offset(s * A_TILE + c * WG_M * BK), a_layout)
-        var b_t = TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
-        warpgroup_fence(tmp)
+
+    @always_inline
+    def a_stage(s: Int) {var a_smem, var c} -> type_of(TileTensor(a_smem, a_layout)):
+        return TileTensor(a_smem.unsafe_offset(s * A_TILE + c * WG_M * BK), a_layout)
+
+    @always_inline
+    def b_stage(s: Int) {var b_smem} -> type_of(TileTensor(b_smem, b_layout)):
+        return TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
+
+    comptime if gn % BN == 0:
+        # two block accumulators: block kt + 1's wgmmas are issued before block kt is promoted
+        # (wait_group 1), so a warpgroup's promotion overlaps its own next MMAs (H200: N = 1024,
+        # K = 8192, T = 4096 92.7 -> 67.3 us, benchmarks/NOTES.md v6)
+        var blk2 = TileTensor(
+            stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+        )
+        var sc = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, 0, r_lo, n0)
+        var s = 0
+        full[unsafe_offset=0].wait(0)
+        warpgroup_fence(blk)
         mma.arrive()
-        mma.wgmma(a_t, b_t, tmp)
+        mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk)  # the first k32 step overwrites blk
         mma.commit_group()
-        warpgroup_fence(tmp)
-        mma.wait_group[0]()
-        if ltid == 0:
-            _ = empty[unsafe_offset=s].arrive()
-        # promotion: fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
-        # n0 + 8j + 2 (lane % 4) + q % 2
-        comptime for j in range(FRAG // 4):
-            comptime for q in range(4):
-                comptime i = 4 * j + q
-                var n = col0 + 8 * j + q % 2
-                var sw = sw_tile
-                comptime if gn % BN != 0:
-                    sw = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
-                var sa = sa_lo if q < 2 else sa_hi
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sa * sw)
+        warpgroup_fence(blk)
+        var last = num_k_tiles - 1
+        for p in range(last // 2):
+            comptime for h in range(2):  # blk and blk2 alternate at compile time
+                var kt = 2 * p + h
+                var cur = blk if h == 0 else blk2
+                var nxt = blk2 if h == 0 else blk
+                var sc_next = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, kt + 1, r_lo, n0)
+                s = (kt + 1) % STAGES
+                full[unsafe_offset=s].wait(UInt32(((kt + 1) // STAGES) & 1))
+                warpgroup_fence(nxt)
+                mma.arrive()
+                mma.wgmma[scale_c=0](a_stage(s), b_stage(s), nxt)  # k32 step 0 overwrites nxt
+                mma.commit_group()
+                warpgroup_fence(nxt)
+                mma.wait_group[1]()
+                warpgroup_fence(cur)
+                if ltid == 0:
+                    _ = empty[unsafe_offset=kt % STAGES].arrive()
+                comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
+                    var f = sc[i % 4 // 2] * sc[2]
+                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](cur[0, i]) * f
+                sc = sc_next
+        if last % 2 == 1:  # blocks last - 1 (in blk) and last (in blk2) remain
+            var sc_last = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, last, r_lo, n0)
+            s = last % STAGES
+            full[unsafe_offset=s].wait(UInt32((last // STAGES) & 1))
+            warpgroup_fence(blk2)
+            mma.arrive()
+            mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk2)  # k32 step 0 overwrites blk2
+            mma.commit_group()
+            warpgroup_fence(blk2)
+            mma.wait_group[1]()
+            warpgroup_fence(blk)
+            if ltid == 0:
+                _ = empty[unsafe_offset=(last - 1) % STAGES].arrive()
+            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
+                var f = sc[i % 4 // 2] * sc[2]
+                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * f
+            mma.wait_group[0]()
+            warpgroup_fence(blk2)
+            if ltid == 0:
+                _ = empty[unsafe_offset=last % STAGES].arrive()
+            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
+                var f = sc_last[i % 4 // 2] * sc_last[2]
+                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk2[0, i]) * f
+        else:  # block last remains, in blk
+            mma.wait_group[0]()
+            warpgroup_fence(blk)
+            if ltid == 0:
+                _ = empty[unsafe_offset=last % STAGES].arrive()
+            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
+                var f = sc[i % 4 // 2] * sc[2]
+                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * f
+    else:
+        # gn not a multiple of BN: a weight scale per column, one block at a time
+        for kt in range(num_k_tiles):
+            var kb = (kt * BK) // gk
+            var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
+            var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
+            var s = kt % STAGES
+            full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
+            warpgroup_fence(blk)
+            mma.arrive()
+            mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk)  # the first k32 step overwrites blk
+            mma.commit_group()
+            warpgroup_fence(blk)
+            mma.wait_group[0]()
+            warpgroup_fence(blk)
+            if ltid == 0:
+                _ = empty[unsafe_offset=s].arrive()
+            # fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
+            # n0 + 8j + 2 (lane % 4) + q % 2
+            comptime for j in range(FRAG // 4):
+                comptime for q in range(4):
+                    comptime i = 4 * j + q
+                    var n = col0 + 8 * j + q % 2
+                    var sw = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
+                    var sa = sa_lo if q < 2 else sa_hi
+                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * (sa * sw)
 
     # epilogue: rows straight into the paged cache
     comptime for half in range(2):
@@ -269,24 +348,10 @@ def wgmma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     )
 
 
-comptime TILES_SMALL = 0
-comptime TILES_LARGE = 1
-comptime TILES_LARGE3 = 2
-
-
-def wgmma_tiles(shape: KCacheShape) -> Int:
-    """The CTA tile of the wgmma kernel (TILES_*): SMALL when LARGE gives fewer than
-    MIN_CTAS_FOR_LARGE CTAs; else LARGE3 when its waves of SMS CTAs, each wave costing
-    LARGE3_TILE_COST % of a LARGE wave, finish sooner than LARGE's (many tokens and weight rows:
-    N = 8192, T >= 1024), LARGE otherwise (N = 1024, T = 4096: 256 LARGE CTAs fill two waves,
-    176 LARGE3 CTAs fill 1.3)."""
+def wgmma_large_tiles(shape: KCacheShape) -> Bool:
+    """LARGE tiles when they give at least MIN_CTAS_FOR_LARGE CTAs, else SMALL ones."""
     var ctas = ceildiv(Int(shape.N), LARGE.bn) * ceildiv(Int(shape.T), LARGE.bm())
-    if ctas < MIN_CTAS_FOR_LARGE:
-        return TILES_SMALL
-    var ctas3 = ceildiv(Int(shape.N), LARGE3.bn) * ceildiv(Int(shape.T), LARGE3.bm())
-    if ceildiv(ctas3, SMS) * LARGE3_TILE_COST < ceildiv(ctas, SMS) * 100:
-        return TILES_LARGE3
-    return TILES_LARGE
+    return ctas >= MIN_CTAS_FOR_LARGE
 
 
 def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
@@ -303,7 +368,7 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig]
     ctx: DeviceContext,
 ) raises:
     """Builds the two TMA descriptors (host side, no allocation) and launches the kernel with
-    CTA shape `cfg` (LARGE, LARGE3 or SMALL, as `k_cache_gpu_plan` picked by `wgmma_tiles`)."""
+    CTA shape `cfg` (LARGE or SMALL, as `k_cache_gpu_plan` picked by `wgmma_large_tiles`)."""
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)

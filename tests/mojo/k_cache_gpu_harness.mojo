@@ -338,13 +338,13 @@ def main() raises:
         ctx, "LARGE token tails", 1024, [900, 1000], [0, 17], 0, False, True, 0)
     run_case[DType.float8_e4m3fn, 3, 128, 1, 128, 48, 1, 128, 128](
         ctx, "LARGE many tiles", 1024, rep(5, 1024), rep(5, 0), 0, False, True, 0)
-    # the LARGE3 tile (192 tokens x 128 columns, 3 consumers; 257 tokens: 2 LARGE3 waves of
-    # CTAs would be 1, LARGE 2): fp8 per-head cache with a K tail, head_dim 96 (N tail) with
-    # gn = 64 and a padded page_stride, an empty sequence
+    # LARGE with 9 K tiles (an odd count; the even counts elsewhere end the alternating block
+    # accumulators on the other one) and a K tail, fp8 per-head cache; head_dim 96 (N tail) with gn = 64 (the one-block-at-a-time
+    # path) and a padded page_stride, an empty sequence
     run_case[DType.float8_e4m3fn, 45, 128, 1, 128, 16, 1, 128, 128](
-        ctx, "LARGE3 fp8 per-head K tail", 1040, [100, 157], [3, 250], 0, True, True, 0)
+        ctx, "LARGE odd K tiles fp8 per-head K tail", 1040, [100, 157], [3, 250], 0, True, True, 0)
     run_case[DType.bfloat16, 61, 96, 1, 128, 16, 1, 64, 128](
-        ctx, "LARGE3 N tail D=96 gn=64 padded", 1024, [200, 0, 57], [0, 9, 130], 4, False, True, 0)
+        ctx, "LARGE N tail D=96 gn=64 padded", 1024, [200, 0, 57], [0, 9, 130], 4, False, True, 0)
     # N >= 4096 (LARGE_N): the decode configs with more weight rows per CTA (T <= 16, and
     # 16 < T <= 128 with token tails), bf16 and fp8 per-head caches
     run_case[DType.bfloat16, 33, 128, 1, 128, 16, 1, 128, 128](
