@@ -15,12 +15,11 @@ Warp-specialized like gpu_wgmma.mojo: warpgroup 0's first thread issues the TMA 
 "full"/"empty" mbarriers (its other warps resolve each token's cache slot meanwhile);
 `consumers` warpgroups take the stages round-robin (two hide each other's wgmma -> wait ->
 promote chain), each with its own fp32 accumulator. Per 128-wide K block (one scale block):
-4 wgmma m64n{tn}k32 into a block accumulator (the first with scale-d = 0: no zeroing moves),
-then promotion in fp32 registers, acc += block · weight_scale[row] · input_scale[token]
-(Hopper's FP8 tensor cores accumulate with reduced precision; no sum longer than one block
-stays inside them; the scales of the next block are loaded while this one runs). The blocks of
-a stage alternate between two block accumulators: block j's wgmmas are issued before block
-j - 1 is waited for and promoted; the stage is released after its last block.
+4 wgmma m64n{tn}k32 into a block accumulator (the first with scale-d = 0: no zeroing moves,
+which made ptxas inject warpgroup.arrive), wait, then promotion in fp32 registers,
+acc += block · weight_scale[row] · input_scale[token] (Hopper's FP8 tensor cores accumulate
+with reduced precision; no sum longer than one block stays inside them; the scales of the
+next block are loaded while this one runs); the stage is released after its last block.
 Epilogue: the consumers' accumulators go to shared memory (token-major), one CTA barrier, then
 16-byte stores of each token's 64-column row segment into its paged cache slot (scalar stores
 when the slot address or the N tail forbid a vector). Rows past T, skipped tokens and columns
@@ -249,19 +248,6 @@ def _wgmma_decode_kernel[
     var tmp = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
-    var tmp2 = TileTensor(
-        stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
-    )
-
-    @always_inline
-    def promote(blk: type_of(tmp), sw_lo: Float32, sw_hi: Float32, sa: SIMD[F32, TN // 4]) {var accum}:
-        """accum += blk x weight scale (rows r_lo / r_lo + 8) x input scale (per token)."""
-        comptime for jj in range(TN // 8):
-            comptime for q in range(4):
-                comptime i = 4 * jj + q
-                var sw = sw_lo if q < 2 else sw_hi
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * (sw * sa[2 * jj + q % 2])
-
     comptime for i in range(FRAG):
         accum[0, i] = 0
     var mma = TensorCoreAsync[
@@ -280,11 +266,6 @@ def _wgmma_decode_kernel[
         var kt = own if mine else num_k_tiles - 1
         var s = kt % STAGES
         full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
-        # the stage's K blocks alternate between two block accumulators: block j's wgmmas are
-        # issued before block j - 1 is promoted (wait_group 1)
-        var p_sw_lo = Float32(0)
-        var p_sw_hi = Float32(0)
-        var p_sa = SIMD[F32, TN // 4]()
         comptime for j in range(KS):
             var cur = nxt
             comptime if j + 1 < KS:
@@ -292,29 +273,25 @@ def _wgmma_decode_kernel[
             else:  # unconditional (clamped past the end): a branch here serializes the wgmmas
                 nxt = _block_scales[gm, gn, gk, TN](
                     in_scale, w_scale, shape, (own + cfg.consumers) * KS, n_lo, tq)
-            var blk = tmp if j % 2 == 0 else tmp2
+            var sw_lo = cur[0][0] if mine else Float32(0)
+            var sw_hi = cur[0][1] if mine else Float32(0)
+            var sa = cur[1]
             var w_t = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
             var x_t = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
-            warpgroup_fence(blk)
+            warpgroup_fence(tmp)
             mma.arrive()
-            mma.wgmma[scale_c=0](w_t, x_t, blk)  # the first k32 step overwrites blk
+            mma.wgmma[scale_c=0](w_t, x_t, tmp)  # k32 step 0 overwrites tmp
             mma.commit_group()
-            warpgroup_fence(blk)
-            comptime if j > 0:
-                var prev = tmp2 if j % 2 == 0 else tmp
-                mma.wait_group[1]()
-                warpgroup_fence(prev)
-                promote(prev, p_sw_lo, p_sw_hi, p_sa)
-            p_sw_lo = cur[0][0] if mine else Float32(0)
-            p_sw_hi = cur[0][1] if mine else Float32(0)
-            p_sa = cur[1]
-        comptime LAST_IS_TMP = (KS - 1) % 2 == 0
-        var last_blk = tmp if LAST_IS_TMP else tmp2
-        mma.wait_group[0]()
-        warpgroup_fence(last_blk)
-        if ltid == 0 and mine:
-            _ = empty[unsafe_offset=s].arrive()
-        promote(last_blk, p_sw_lo, p_sw_hi, p_sa)
+            warpgroup_fence(tmp)
+            mma.wait_group[0]()
+            comptime if j == KS - 1:
+                if ltid == 0 and mine:
+                    _ = empty[unsafe_offset=s].arrive()
+            comptime for jj in range(TN // 8):
+                comptime for q in range(4):
+                    comptime i = 4 * jj + q
+                    var sw = sw_lo if q < 2 else sw_hi
+                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * jj + q % 2])
 
     # epilogue: accumulators to shared memory as out[c][token][row], then rows to the cache
     var out_c = out_sh.unsafe_offset(c * TN * ROWS)
