@@ -46,6 +46,9 @@ from int4_gemm_ref import F32, fill_uniform, fill_u32, fill_nan, run_reference, 
 
 comptime BF16 = DType.bfloat16
 comptime G = 128
+comptime WG_CFG_64NP = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2, pp=True)
+"""WG_CFG_64N software-pipelined (flag `pp`; not dispatched): the warpgroup dequantizes stage
+i + 1 while stage i's wgmmas run; its CTA has no second consumer to overlap with."""
 comptime HBM_TBPS = 4.24
 comptime PEAK_TFLOPS = 728.0
 comptime NUM_M = 6
@@ -420,6 +423,8 @@ def main() raises:
                     var ctas = ceildiv(bands, 2) * sp
                     if ctas >= 64 and ctas <= 264 and kp // 64 // sp >= 4:
                         _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        if with_pp:
+                            _ = try_cfg[WG_CFG_64NP](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             prev.append(p_us)
             prev_desc.append(p_desc)
             v7.append(v7_us)
