@@ -207,12 +207,36 @@ def _wgmma_kernel[
     var ws_stride = Int(shape.ws_stride)
 
     @always_inline
-    def a_stage(s: Int) {var a_smem, var c} -> type_of(TileTensor(a_smem, a_layout)):
-        return TileTensor(a_smem.unsafe_offset(s * A_TILE + c * WG_M * BK), a_layout)
+    def issue(kt: Int, buf: type_of(blk)) {var full, var a_smem, var b_smem, var c, mma}:
+        """Waits for K tile kt and issues its 4 wgmma k32 steps into buf as one group (step 0
+        overwrites buf: no zeroing moves, which made ptxas inject warpgroup.arrive)."""
+        var s = kt % STAGES
+        full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
+        warpgroup_fence(buf)
+        mma.arrive()
+        mma.wgmma[scale_c=0](
+            TileTensor(a_smem.unsafe_offset(s * A_TILE + c * WG_M * BK), a_layout),
+            TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout),
+            buf,
+        )
+        mma.commit_group()
+        warpgroup_fence(buf)
 
     @always_inline
-    def b_stage(s: Int) {var b_smem} -> type_of(TileTensor(b_smem, b_layout)):
-        return TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
+    def release(kt: Int, buf: type_of(blk)) {var empty, var ltid}:
+        """After the wait that completes K tile kt's group in buf: frees its stage (one arrival
+        per consumer warpgroup)."""
+        warpgroup_fence(buf)
+        if ltid == 0:
+            _ = empty[unsafe_offset=kt % STAGES].arrive()
+
+    @always_inline
+    def promote(buf: type_of(blk), sc: SIMD[F32, 4]) {var accum}:
+        """accum += buf x input scale x weight scale (sc from _tile_scales): register i holds
+        token r_lo (i % 4 < 2) or r_lo + 8."""
+        comptime for i in range(FRAG):
+            var f = sc[i % 4 // 2] * sc[2]
+            accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](buf[0, i]) * f
 
     comptime if gn % BN == 0:
         # two block accumulators: block kt + 1's wgmmas are issued before block kt is promoted
@@ -222,13 +246,7 @@ def _wgmma_kernel[
             stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
         )
         var sc = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, 0, r_lo, n0)
-        var s = 0
-        full[unsafe_offset=0].wait(0)
-        warpgroup_fence(blk)
-        mma.arrive()
-        mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk)  # the first k32 step overwrites blk
-        mma.commit_group()
-        warpgroup_fence(blk)
+        issue(0, blk)
         var last = num_k_tiles - 1
         for p in range(last // 2):
             comptime for h in range(2):  # blk and blk2 alternate at compile time
@@ -236,69 +254,33 @@ def _wgmma_kernel[
                 var cur = blk if h == 0 else blk2
                 var nxt = blk2 if h == 0 else blk
                 var sc_next = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, kt + 1, r_lo, n0)
-                s = (kt + 1) % STAGES
-                full[unsafe_offset=s].wait(UInt32(((kt + 1) // STAGES) & 1))
-                warpgroup_fence(nxt)
-                mma.arrive()
-                mma.wgmma[scale_c=0](a_stage(s), b_stage(s), nxt)  # k32 step 0 overwrites nxt
-                mma.commit_group()
-                warpgroup_fence(nxt)
+                issue(kt + 1, nxt)
                 mma.wait_group[1]()
-                warpgroup_fence(cur)
-                if ltid == 0:
-                    _ = empty[unsafe_offset=kt % STAGES].arrive()
-                comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
-                    var f = sc[i % 4 // 2] * sc[2]
-                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](cur[0, i]) * f
+                release(kt, cur)
+                promote(cur, sc)
                 sc = sc_next
         if last % 2 == 1:  # blocks last - 1 (in blk) and last (in blk2) remain
             var sc_last = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, last, r_lo, n0)
-            s = last % STAGES
-            full[unsafe_offset=s].wait(UInt32((last // STAGES) & 1))
-            warpgroup_fence(blk2)
-            mma.arrive()
-            mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk2)  # k32 step 0 overwrites blk2
-            mma.commit_group()
-            warpgroup_fence(blk2)
+            issue(last, blk2)
             mma.wait_group[1]()
-            warpgroup_fence(blk)
-            if ltid == 0:
-                _ = empty[unsafe_offset=(last - 1) % STAGES].arrive()
-            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
-                var f = sc[i % 4 // 2] * sc[2]
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * f
+            release(last - 1, blk)
+            promote(blk, sc)
             mma.wait_group[0]()
-            warpgroup_fence(blk2)
-            if ltid == 0:
-                _ = empty[unsafe_offset=last % STAGES].arrive()
-            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
-                var f = sc_last[i % 4 // 2] * sc_last[2]
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk2[0, i]) * f
+            release(last, blk2)
+            promote(blk2, sc_last)
         else:  # block last remains, in blk
             mma.wait_group[0]()
-            warpgroup_fence(blk)
-            if ltid == 0:
-                _ = empty[unsafe_offset=last % STAGES].arrive()
-            comptime for i in range(FRAG):  # register i: token r_lo (i % 4 < 2) or r_hi
-                var f = sc[i % 4 // 2] * sc[2]
-                accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * f
+            release(last, blk)
+            promote(blk, sc)
     else:
         # gn not a multiple of BN: a weight scale per column, one block at a time
         for kt in range(num_k_tiles):
             var kb = (kt * BK) // gk
             var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
             var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
-            var s = kt % STAGES
-            full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
-            warpgroup_fence(blk)
-            mma.arrive()
-            mma.wgmma[scale_c=0](a_stage(s), b_stage(s), blk)  # the first k32 step overwrites blk
-            mma.commit_group()
-            warpgroup_fence(blk)
+            issue(kt, blk)
             mma.wait_group[0]()
-            warpgroup_fence(blk)
-            if ltid == 0:
-                _ = empty[unsafe_offset=s].arrive()
+            release(kt, blk)
             # fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
             # n0 + 8j + 2 (lane % 4) + q % 2
             comptime for j in range(FRAG // 4):

@@ -338,9 +338,9 @@ def main() raises:
         ctx, "LARGE token tails", 1024, [900, 1000], [0, 17], 0, False, True, 0)
     run_case[DType.float8_e4m3fn, 3, 128, 1, 128, 48, 1, 128, 128](
         ctx, "LARGE many tiles", 1024, rep(5, 1024), rep(5, 0), 0, False, True, 0)
-    # LARGE with 9 K tiles (an odd count; the even counts elsewhere end the alternating block
-    # accumulators on the other one) and a K tail, fp8 per-head cache; head_dim 96 (N tail) with gn = 64 (the one-block-at-a-time
-    # path) and a padded page_stride, an empty sequence
+    # LARGE with 9 K tiles (odd: the alternating block accumulators end on the other one than
+    # with the even counts elsewhere), a K tail and an fp8 per-head cache; head_dim 96 (N tail)
+    # with gn = 64 (the one-block-at-a-time path), a padded page_stride, an empty sequence
     run_case[DType.float8_e4m3fn, 45, 128, 1, 128, 16, 1, 128, 128](
         ctx, "LARGE odd K tiles fp8 per-head K tail", 1040, [100, 157], [3, 250], 0, True, True, 0)
     run_case[DType.bfloat16, 61, 96, 1, 128, 16, 1, 64, 128](
