@@ -4,6 +4,7 @@ bf16, symmetric, no bias, M in {16, 64, 128, 256, 1024, 4096}; standalone progra
     ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/int4_gemm_bench.mojo
     run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [pp] [m=16,64]
 (noprev: skip timing the v6 mma.sync selection; pp: also time the experimental pipelined configs;
+wk: also the warp-k configs WG_CFG_64K / WG_CFG_128K with splits 1, 2, 4 at 16 < M <= 128;
 m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
 
 Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
@@ -38,7 +39,7 @@ from mojo_kernels.int4_gemm.gpu_dispatch import (
     launch_int4_gemm_mma, int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config,
     CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P, wgmma_plan, wgmma_rule,
     WG_VAR_64, WG_VAR_64W, WG_VAR_128,
-    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N,
+    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_64K, WG_CFG_128K,
 )
 from mojo_kernels.int4_gemm.config import wgmma_smem_budget, smem_usage, wgmma_smem_usage
 from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
@@ -305,6 +306,7 @@ def main() raises:
         only = Int(String(args[1]))
     var with_prev = True
     var with_pp = False
+    var with_wk = False
     var m_only = List[Int]()
     for ai in range(2, len(args)):
         var a = String(args[ai])
@@ -312,6 +314,8 @@ def main() raises:
             with_prev = False
         if a == "pp":
             with_pp = True
+        if a == "wk":
+            with_wk = True
         if a.startswith("m="):
             var parts = a[byte=2:].split(",")
             for pi in range(len(parts)):
@@ -425,6 +429,15 @@ def main() raises:
                         _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
                         if with_pp:
                             _ = try_cfg[WG_CFG_64NP](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+            if with_wk and m > 16 and m <= 128:
+                for sp in [1, 2, 4]:
+                    var bands = ceildiv(n, 64)
+                    var ctas = ceildiv(bands, 2) * sp * ceildiv(m, 64 if m <= 64 else 128)
+                    if ctas <= 132 * 2 and kp // 64 // sp >= 4:
+                        if m <= 64:
+                            _ = try_cfg[WG_CFG_64K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        else:
+                            _ = try_cfg[WG_CFG_128K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             prev.append(p_us)
             prev_desc.append(p_desc)
             v7.append(v7_us)

@@ -196,6 +196,10 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
          output columns (fpw wgmma m64 x nt x k16 per k16 step, fp32 accumulators
          fpw * nt / 2 per thread).
     nwg: consumer warpgroups (1 or 2), each on its own columns; plus one producer warpgroup.
+    wk: warp-k partitions: consumer warpgroups per column set, each on every wk-th stage of
+        the CTA's K range with its own accumulators, summed in the epilogue's shared-memory
+        tile (1 or 2; 2 needs nwg = 1, ctas = 1, no pp). Two warpgroups on one tile overlap
+        one's dequant with the other's wgmma where a single warpgroup is serial (see kg).
     stages: depth of the TMA / bulk-copy ring (WG_BK = 64 per stage).
     kg: k16 steps per wgmma batch (1, 2 or 4): dequant kg steps -> wgmma.fence -> kg * fpw
         wgmma -> commit -> wait_group 0. ptxas serializes register-A wgmma whenever A
@@ -220,8 +224,12 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     var pp: Bool
     var split_k: Int
     var ctas: Int
+    var wk: Int
 
-    def __init__(out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0, ctas: Int = 1):
+    def __init__(
+        out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0,
+        ctas: Int = 1, wk: Int = 1,
+    ):
         self.nt = nt
         self.fpw = fpw
         self.nwg = nwg
@@ -230,6 +238,7 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         self.pp = pp
         self.split_k = split_k
         self.ctas = ctas
+        self.wk = wk
 
     def bands(self) -> Int:
         """64-column bands per CTA."""
@@ -239,7 +248,10 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         return 64 * self.bands()
 
     def num_threads(self) -> Int:
-        return 128 * (1 + self.nwg)
+        return 128 * (1 + self.consumer_wgs())
+
+    def consumer_wgs(self) -> Int:
+        return self.nwg * self.wk
 
     def acc_regs(self) -> Int:
         """The fp32 accumulator registers per consumer thread."""
@@ -266,6 +278,8 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
             return False
         if self.ctas != 1 and self.ctas != 2:
             return False
+        if self.wk != 1 and (self.wk != 2 or self.nwg != 1 or self.ctas != 1 or self.pp):
+            return False
         return self.stages >= 2 and self.split_k >= 0 and self.split_k <= 8
 
     def write_to(self, mut writer: Some[Writer]):
@@ -275,18 +289,20 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         )
         if self.ctas != 1:
             writer.write(" ctas=", self.ctas)
+        if self.wk != 1:
+            writer.write(" wk=", self.wk)
 
     def uses_setmaxnreg(self) -> Bool:
         """Two consumer warpgroups, or a config built for 2 CTAs per SM (whose launch allocation
         of 65536 / (2 * threads) registers per thread is too few for the consumers)."""
-        return self.nwg > 1 or self.ctas > 1
+        return self.consumer_wgs() > 1 or self.ctas > 1
 
     def consumer_regs(self) -> Int:
         """setmaxnreg of the consumer warpgroups (when uses_setmaxnreg): the CTA's launch allocation
-        (65536 / (ctas * threads), rounded down to 8) minus the producer's, over 256 threads."""
+        (65536 / (ctas * threads), rounded down to 8) minus the producer's, over the consumers."""
         var entry = (65536 // (self.ctas * self.num_threads())) // 8 * 8
         var prod = self.producer_regs()
-        return ((entry * self.num_threads() - prod * 128) // (128 * self.nwg)) // 8 * 8
+        return ((entry * self.num_threads() - prod * 128) // (128 * self.consumer_wgs())) // 8 * 8
 
     def producer_regs(self) -> Int:
         return 40 if self.ctas == 1 else 24
@@ -309,12 +325,13 @@ def wgmma_stage_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) ->
 
 
 def wgmma_ring_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
-    """Ring (every region a multiple of 1 KiB) or the split-K reduction buffer, the larger."""
+    """Ring (every region a multiple of 1 KiB) or the epilogue's fp32 output tile (nt rows of
+    bn + 4 floats, gpu_wgmma._store_tile), the larger."""
     var x = cfg.stages * cfg.nt * WG_BK * 2
     var w = cfg.stages * cfg.bands() * WG_KT * 512
     var s = cfg.stages * wgmma_scale_rows(group_size) * cfg.bn() * 2
     var ring = x + w + s * (2 if has_zeros else 1)
-    var red = cfg.nwg * 128 * cfg.acc_regs() * 4
+    var red = cfg.nt * (cfg.bn() + 4) * 4
     return (max(ring, red) + 1023) // 1024 * 1024
 
 

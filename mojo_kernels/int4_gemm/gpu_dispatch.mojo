@@ -66,6 +66,13 @@ warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232
 smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
 WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
 spills and serializes the wgmma, C7512.)"""
+comptime WG_CFG_64K = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, wk=2, stages=16, kg=4)
+"""33 <= M <= 64 on 70B.o / 70B.down (session 7, pinned through `tuned_wgmma`): 64 tokens x 128
+columns, two warp-k consumer warpgroups (one overlaps its dequant with the other's wgmma),
+one CTA per SM, 16 stages (~196 KB)."""
+comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=12, kg=4)
+"""65 <= M <= 128 on 70B.o / 70B.down (session 7, via `tuned_wgmma`): WG_CFG_64K with 128
+tokens (the stages the smem budget leaves: 11)."""
 comptime WGMMA_PIPELINED = False
 """Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
 pp path passes tests/mojo/int4_gemm_gpu_test.mojo with its `pp` flag on the device)."""
@@ -76,6 +83,10 @@ comptime WG_VAR_64W = 1
 comptime WG_VAR_128 = 2
 comptime WG_VAR_64N = 3
 """WG_CFG_64N: chosen only through `tuned_wgmma`."""
+comptime WG_VAR_64K = 4
+"""WG_CFG_64K: chosen only through `tuned_wgmma`."""
+comptime WG_VAR_128K = 5
+"""WG_CFG_128K: chosen only through `tuned_wgmma`."""
 
 
 def _wg_split_cap(s: Int) -> Int:
@@ -139,8 +150,16 @@ def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     M = 64 on the H200 (v8, us against the v7 plan): 8B.qkv split 4 20.08 / 20.40, 8B.o split 4
     19.73 / 20.13, 8B.gate_up split 1 46.82 / 47.24, 8B.down split 4 44.87 / 45.33, 70B.qkv
     split 2 51.02 / 51.43, 70B.o split 2 39.34 / 44.89 (mma.sync), 70B.down split 2
-    111.85 / 130.81 (mma.sync). 70B.gate_up keeps the rule's 64 x 512."""
+    111.85 / 130.81 (mma.sync). 70B.gate_up keeps the rule's 64 x 512.
+    Warp-k configs (session 7, same run, us against the previous pin / plan): 70B.o and
+    70B.down at M = 64 WG_CFG_64K split 2 37.1 / 39.6 and 111.2 / 116.6; at M = 128
+    WG_CFG_128K split 2 45.3 / 52.4 and 133.7 / 160.2 (slower on the 8B layers and 70B.qkv)."""
+    var is_70b_o_down = n == 8192 and (kp == 8192 or kp == 28672)
+    if m > 64 and m <= 128 and is_70b_o_down:
+        return (WG_VAR_128K, 2)
     if m >= WGMMA_MIN_M and m <= 64:
+        if is_70b_o_down:
+            return (WG_VAR_64K, 2)
         if kp == 4096:
             if n == 6144 or n == 4096:
                 return (WG_VAR_64N, 4)
@@ -148,10 +167,7 @@ def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 return (WG_VAR_64N, 1)
         elif kp == 14336 and n == 4096:
             return (WG_VAR_64N, 4)
-        elif kp == 8192:
-            if n == 10240 or n == 8192:
-                return (WG_VAR_64N, 2)
-        elif kp == 28672 and n == 8192:
+        elif kp == 8192 and n == 10240:
             return (WG_VAR_64N, 2)
     return (-1, 0)
 
@@ -167,6 +183,10 @@ def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
         return WG_CFG_64W
     if v == WG_VAR_64N:
         return WG_CFG_64N
+    if v == WG_VAR_64K:
+        return WG_CFG_64K
+    if v == WG_VAR_128K:
+        return WG_CFG_128K
     comptime if WGMMA_PIPELINED:
         return WG_CFG_64P if v == WG_VAR_64 else WG_CFG_128P
     else:
@@ -378,6 +398,12 @@ def int4_gemm_gpu[
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_64N:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64N](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_64K:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64K](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_128K:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_128K](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     else:
         int4_gemm_gpu_mma[dtype, group_size, has_zeros, has_bias](

@@ -3,7 +3,8 @@
     C[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias[N]),  W[n, k] = (q[n, k] - z) · s[k // g, n]
 
 Same operands, layout and math as `gpu_mma.mojo` (see there and int4_layout.py); fp32
-accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N).
+accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N) staged through
+shared memory (an fp32 tile, then row-contiguous 8-byte stores).
 
 Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized weights):
 - The weights are wgmma's A operand (m64 = output columns), the activations its B operand
@@ -26,8 +27,9 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
   wait_group 0. ptxas serializes every register-A wgmma of the kernel (C7513) as soon as A
   registers are written while one is in flight, so a warpgroup does not overlap its own
   dequant with its MMAs: the two consumer warpgroups overlap each other's (ping-pong).
-- Split K (M <= 256 on small layers): `split_k` CTAs of a thread-block cluster, reduced
-  through distributed shared memory as in gpu_mma (the ring is reused as the buffer).
+- Split K (M <= 256 on small layers): `split_k` CTAs of a thread-block cluster; each writes
+  its fp32 tile into its drained ring and stores a 1/split_k share of the rows, summed over
+  the cluster's tiles through distributed shared memory.
 - Grid order for split_k == 1: groups of 8 M-tiles walk the N-tiles, so a wave re-uses both
   its x tiles and its weight tiles from L2.
 - Every mbarrier wait is bounded (2 s of %globaltimer, then `trap`): a pipeline bug aborts the
@@ -189,7 +191,7 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
     `nvvm.minctasm`=SIMDLength(cfg.ctas),
 )
 def int4_gemm_wgmma_kernel[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig,
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig, staged: Bool,
     x_tile: Coord, x_desc: Coord,
 ](
     x_tma: TMATensorTile[dtype, x_tile, x_desc],
@@ -208,11 +210,14 @@ def int4_gemm_wgmma_kernel[
 
     Grid: (ceil(ceil(N/64) / bands) * split_k, ceil(M / nt)), cluster (split_k, 1, 1) when
     split_k > 1; block cfg.num_threads(); dynamic smem config.wgmma_smem_usage(...).
-    group_size <= 0: per channel (one scale row).
+    group_size <= 0: per channel (one scale row). staged: the epilogue sums the warp-k
+    partitions and the split-K cluster through shared memory (required when split_k > 1 or
+    cfg.wk > 1); else (split_k = 1, wk = 1) each thread stores its fragments directly.
     """
     comptime NT = cfg.nt
     comptime FPW = cfg.fpw
     comptime NWG = cfg.nwg
+    comptime WK = cfg.wk
     comptime NB = cfg.bands()
     comptime S = cfg.stages
     comptime KT = WG_KT
@@ -221,7 +226,7 @@ def int4_gemm_wgmma_kernel[
     comptime SR = wgmma_scale_rows(group_size)
     comptime NACC = NT // 2  # fp32 accumulators per wgmma per thread
     comptime NQ4 = NT // 8  # quads (n8 token groups) per wgmma
-    comptime NCT = NWG * 128  # consumer threads
+    comptime NCT = NWG * WK * 128  # consumer threads
     comptime X_STAGE = NT * WG_BK  # elements
     comptime W_STAGE = NB * KT * 512  # bytes
     comptime S_ROW = NB * 64  # elements per scale row of the CTA
@@ -230,8 +235,10 @@ def int4_gemm_wgmma_kernel[
     comptime W_BYTES = S * W_STAGE
     comptime S_BYTES = S * S_STAGE * 2
     comptime BAR_OFF = wgmma_ring_bytes(cfg, group_size, has_zeros)
+    comptime RED_RS = NB * 64 + 4  # row stride (floats) of the output tile, see _store_tile
     comptime STAGE_TX = X_STAGE * 2 + W_STAGE + S_STAGE * 2 * (2 if has_zeros else 1)
     comptime assert cfg.is_valid(), "invalid Int4WgmmaConfig"
+    comptime assert staged or WK == 1, "warp-k partitions are summed by the staged epilogue"
     comptime assert PER_CHANNEL or (group_size % 16 == 0 and (WG_BK % group_size == 0 or group_size % WG_BK == 0)), "group_size"
     comptime assert dtype == DType.bfloat16 or dtype == DType.float16, "bf16 / fp16 only"
 
@@ -242,7 +249,7 @@ def int4_gemm_wgmma_kernel[
     var z_s = smem.unsafe_offset(X_BYTES + W_BYTES + S_BYTES).unsafe_bitcast[Scalar[dtype]]()
     var full = smem.unsafe_offset(BAR_OFF).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(S)
-    var red_s = smem.unsafe_bitcast[Float32]()  # split-K partials, once the ring is drained
+    var red_s = smem.unsafe_bitcast[Float32]()  # the output tile, once the ring is drained
 
     var tid = thread_idx.x
     var lane = tid % 32
@@ -333,17 +340,24 @@ def int4_gemm_wgmma_kernel[
                         else:
                             _bulk_g2s(_saddr(s_s.unsafe_offset(soff)), _gaddr(s_ptr.unsafe_offset(goff)), nbytes, fb)
                     c += 32
-        if nsplit > 1:  # the consumers' epilogue barriers
-            barrier()
-            cluster_sync()
-            cluster_sync()
+        # the consumers' epilogue barriers (none when they store their fragments directly)
+        comptime if staged:
+            comptime for _ in range(WK):
+                barrier()
+            if nsplit > 1:
+                cluster_sync()
+                cluster_sync()
+            else:
+                barrier()
     else:
         # ------------------------------ consumers ------------------------------
         comptime if cfg.uses_setmaxnreg():
             warpgroup_reg_alloc[cfg.consumer_regs()]()
         var cw = tid - 128  # consumer thread index
+        var nw = (cw // 128) % NWG  # this warpgroup's column set
+        var kw = (cw // 128) // NWG  # its warp-k partition: stages kw, kw + WK, ...
         var wl = (cw // 32) % 4
-        var band_local = (cw // 128) * FPW + (wl * FPW) // 4  # this warp's band in the CTA
+        var band_local = nw * FPW + (wl * FPW) // 4  # this warp's band in the CTA
         var jb = (wl * FPW) % 4  # its first m16 block (packed word) in the band
         var acc = Array[SIMD[F32, NACC], FPW](fill=SIMD[F32, NACC](0))
         var magic = magic_value[dtype]()
@@ -389,7 +403,7 @@ def int4_gemm_wgmma_kernel[
             wgmma_commit_group_sync()
 
         comptime if not cfg.pp:
-            for it in range(nst):
+            for it in range(kw if WK > 1 else 0, nst, WK):
                 var s = it % S
                 _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
                 comptime for g in range(NGB):
@@ -426,53 +440,162 @@ def int4_gemm_wgmma_kernel[
         wgmma_wait_group_sync[0]()
 
         # ---------------------------- epilogue ----------------------------
-        if nsplit > 1:
-            barrier()  # both consumer warpgroups are done with the ring: reuse it
-            comptime for i in range(FPW):
-                comptime for j in range(NQ4):
-                    var v = SIMD[F32, 4](acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3])
-                    red_s.unsafe_offset(((i * NQ4 + j) * NCT + cw) * 4).unsafe_store[alignment=16](v)
-            cluster_sync()
-            comptime for i in range(FPW):
-                comptime for j in range(NQ4):
-                    if (i * NQ4 + j) % nsplit == ks:
-                        var tot = SIMD[F32, 4](0)
-                        for r in range(nsplit):
-                            tot += load_cluster_smem[F32, 4](red_s.unsafe_offset(((i * NQ4 + j) * NCT + cw) * 4), UInt32(r))
-                        comptime for e in range(4):
-                            acc[i][4 * j + e] = tot[e]
-            cluster_sync()  # peers' shared memory must outlive every remote read
-
         var lane_row = lane // 4
         var lane_col = lane % 4
-        var ncol0 = (band0 + band_local) * 64 + lane_row
-        comptime for i in range(FPW):
-            var n_lo = ncol0 + 16 * (jb + i)
-            var n_hi = n_lo + 8
-            var bl: Float32 = 0
-            var bh: Float32 = 0
-            comptime if has_bias:
+        comptime if not staged:
+            # one CTA and one warpgroup own the tile: masked stores straight from the
+            # fragments (a kernel instance of its own: split-1 launches measured 3-5 % slower
+            # with the staged path compiled in, session 7)
+            _store_fragments[dtype, has_bias, NT, FPW](
+                acc, c_ptr, b_ptr, m0 + 2 * lane_col, (band0 + band_local) * 64 + 16 * jb + lane_row, m, n)
+            return
+        # split K or warp-k partitions: accumulators -> fp32 tile in the drained ring -> sum
+        # over the warp-k partitions and the split-K cluster -> bias, cast, row-contiguous
+        # 8-byte stores (see _store_tile)
+        barrier()  # every consumer warpgroup is done with the ring (the producer joins)
+        comptime for kp in range(WK):  # warp-k partitions add up in turn
+            if kw == kp:
+                comptime for i in range(FPW):
+                    var col = band_local * 64 + 16 * (jb + i) + lane_row
+                    comptime for j in range(NQ4):
+                        var p = red_s.unsafe_offset((8 * j + 2 * lane_col) * RED_RS + col)
+                        comptime if kp == 0:
+                            p[unsafe_offset=0] = acc[i][4 * j]
+                            p[unsafe_offset=RED_RS] = acc[i][4 * j + 1]
+                            p[unsafe_offset=8] = acc[i][4 * j + 2]
+                            p[unsafe_offset=RED_RS + 8] = acc[i][4 * j + 3]
+                        else:
+                            p[unsafe_offset=0] += acc[i][4 * j]
+                            p[unsafe_offset=RED_RS] += acc[i][4 * j + 1]
+                            p[unsafe_offset=8] += acc[i][4 * j + 2]
+                            p[unsafe_offset=RED_RS + 8] += acc[i][4 * j + 3]
+            comptime if kp + 1 < WK:
+                barrier()
+        if nsplit > 1:
+            cluster_sync()
+        else:
+            barrier()
+        _store_tile[dtype, has_bias, NT, NB * 64, NCT](red_s, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
+        if nsplit > 1:
+            cluster_sync()  # peers' shared memory must outlive every remote read
+
+
+@always_inline
+def _store_fragments[dtype: DType, has_bias: Bool, NT: Int, FPW: Int](
+    acc: Array[SIMD[F32, NT // 2], FPW],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    tok0: Int, col0: Int, m: Int, n: Int,
+):
+    """C (+ bias) from a consumer thread's accumulators, masked to m x n: acc[i][4j + q] is
+    column col0 + 16 i + 8 (q // 2), token tok0 + 8 j + q % 2 (the wgmma m64nNTk16 fragment
+    with the weights on M)."""
+    comptime for i in range(FPW):
+        var n_lo = col0 + 16 * i
+        var n_hi = n_lo + 8
+        var bl: Float32 = 0
+        var bh: Float32 = 0
+        comptime if has_bias:
+            if n_lo < n:
+                bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
+            if n_hi < n:
+                bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
+        comptime for j in range(NT // 8):
+            var tok = tok0 + 8 * j
+            if tok < m:
                 if n_lo < n:
-                    bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
+                    c_ptr[unsafe_offset=tok * n + n_lo] = (acc[i][4 * j] + bl).cast[dtype]()
                 if n_hi < n:
-                    bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
-            comptime for j in range(NQ4):
-                if nsplit == 1 or (i * NQ4 + j) % nsplit == ks:
-                    var tok = m0 + 8 * j + 2 * lane_col
-                    var v0 = acc[i][4 * j] + bl
-                    var v1 = acc[i][4 * j + 1] + bl
-                    var v2 = acc[i][4 * j + 2] + bh
-                    var v3 = acc[i][4 * j + 3] + bh
-                    if tok < m:
-                        if n_lo < n:
-                            c_ptr[unsafe_offset=tok * n + n_lo] = v0.cast[dtype]()
-                        if n_hi < n:
-                            c_ptr[unsafe_offset=tok * n + n_hi] = v2.cast[dtype]()
-                    if tok + 1 < m:
-                        if n_lo < n:
-                            c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = v1.cast[dtype]()
-                        if n_hi < n:
-                            c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = v3.cast[dtype]()
+                    c_ptr[unsafe_offset=tok * n + n_hi] = (acc[i][4 * j + 2] + bh).cast[dtype]()
+            if tok + 1 < m:
+                if n_lo < n:
+                    c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = (acc[i][4 * j + 1] + bl).cast[dtype]()
+                if n_hi < n:
+                    c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = (acc[i][4 * j + 3] + bh).cast[dtype]()
+
+
+@always_inline
+def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
+    red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    tid: Int, ks: Int, nsplit: Int, m0: Int, col0: Int, m: Int, n: Int,
+):
+    """C[m0 + t, col0 + c] = sum over the cluster's `nsplit` CTAs of tile[t, c] (+ bias), for the
+    share `ks` of the tile's valid rows, by `NCT` threads (`tid` in [0, NCT)).
+
+    The tile is fp32 [NT, CW] at row stride CW + 4 in every CTA's shared memory. Consecutive
+    threads take consecutive 4-column groups of a row: conflict-free shared reads, coalesced
+    8-byte stores. A runtime loop keeps the code small (the unrolled per-fragment masked
+    stores it replaced were ~3.7k instructions, instruction-cache bound); each pass first
+    issues all its shared / distributed-shared loads (8 per thread), then sums and stores, so
+    the remote-load latency is paid once per pass, not once per load (timeline of session 7
+    in benchmarks/NOTES.md).
+    """
+    if nsplit == 1:
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 1](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+    elif nsplit == 2:
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 2](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+    elif nsplit == 4:
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 4](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+    else:
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 8](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+
+
+@always_inline
+def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS: Int](
+    red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    tid: Int, ks: Int, nsplit: Int, m0: Int, col0: Int, m: Int, n: Int,
+):
+    """`_store_tile` for up to NS CTAs per cluster (nsplit <= NS; loads of ranks >= nsplit are
+    skipped). CTA `ks` stores rows [ks * rows / nsplit, (ks + 1) * rows / nsplit) of the tile's
+    valid rows; a thread keeps one 4-column group (tid % Q) and walks rows NCT / Q apart, so
+    the per-item work is one shared address, the loads, the sum and one store."""
+    comptime RS = CW + 4
+    comptime Q = CW // 4  # float4 groups per tile row
+    comptime RPP = NCT // Q  # rows per pass of all threads
+    comptime U = max(1, 8 // NS)  # rows per thread per pass
+    comptime assert NCT % Q == 0, "a thread keeps one column group"
+    var c = (tid % Q) * 4
+    var gcol = col0 + c
+    if gcol >= n:
+        return
+    var rows = min(NT, m - m0)
+    var r_end = (ks + 1) * rows // nsplit
+    var full = n % 4 == 0 and Int(c_ptr) % 8 == 0 and gcol + 4 <= n  # one 8-byte store per row
+    var bias = SIMD[F32, 4](0)
+    comptime if has_bias:
+        comptime for e in range(4):
+            if gcol + e < n:
+                bias[e] = b_ptr[unsafe_offset=gcol + e].cast[F32]()
+    var t = ks * rows // nsplit + tid // Q
+    while t < r_end:
+        var parts = Array[SIMD[F32, 4], U * NS](fill=SIMD[F32, 4](0))
+        comptime for u in range(U):
+            var src = red_s.unsafe_offset(min(t + u * RPP, r_end - 1) * RS + c)  # past the share: a re-read
+            comptime if NS == 1:
+                parts[u] = src.unsafe_load[width=4, alignment=16]()
+            else:
+                comptime for r in range(NS):
+                    if r < nsplit:
+                        parts[u * NS + r] = load_cluster_smem[F32, 4](src, UInt32(r))
+        comptime for u in range(U):
+            var tu = t + u * RPP
+            if tu < r_end:
+                var tot = parts[u * NS] + bias
+                comptime for r in range(1, NS):
+                    tot += parts[u * NS + r]
+                var v = tot.cast[dtype]()
+                var dst = c_ptr.unsafe_offset((m0 + tu) * n + gcol)
+                if full:
+                    dst.unsafe_store[alignment=8](v)
+                else:
+                    comptime for e in range(4):
+                        if gcol + e < n:
+                            dst[unsafe_offset=e] = v[e]
+        t += U * RPP
 
 
 # ---- host side -------------------------------------------------------------------------------
@@ -518,11 +641,20 @@ def launch_int4_gemm_wgmma[
         var xt = TileTensor(x, row_major(Coord(m, kp)))
         var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
         comptime kernel = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+        ]
+        comptime direct = int4_gemm_wgmma_kernel[
+            dtype, group_size, has_zeros, has_bias, r, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         var ntn = ceildiv(ceildiv(n, 64), r.bands())
         var grid = (ntn * split, ceildiv(m, r.nt))
         var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
+        comptime if r.wk == 1:
+            if split == 1:
+                ctx.enqueue_function[direct](
+                    tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+                return
         if split == 1:
             ctx.enqueue_function[kernel](
                 tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),

@@ -257,9 +257,16 @@ def _wgmma_decode_kernel[
     # the wgmmas, C7520); on the last round a consumer without a tile of its own repeats the last
     # one with its scales zeroed and does not release it
     var rounds = ceildiv(num_k_tiles, cfg.consumers)
-    # the scales of round it + 1 are loaded during round it (a dependent global load per K tile
-    # otherwise sits on the consumer's critical path)
-    var nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c * KS, n_lo, tq)
+    # the scales of K block j of round it + 1 are loaded while block j of round it runs: a
+    # whole round (KS blocks) ahead, since one block's wgmma (~200 cycles) hides less than a
+    # global load's latency (ncu, session 7: the promotion's FMUL waiting on them was the top
+    # stall at one block ahead)
+    var pre_w = Array[SIMD[F32, 2], KS](uninitialized=True)
+    var pre_a = Array[SIMD[F32, TN // 4], KS](uninitialized=True)
+    comptime for j in range(KS):
+        var sc = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c * KS + j, n_lo, tq)
+        pre_w[j] = sc[0]
+        pre_a[j] = sc[1]
     for it in range(rounds):
         var own = it * cfg.consumers + c
         var mine = own < num_k_tiles
@@ -267,15 +274,14 @@ def _wgmma_decode_kernel[
         var s = kt % STAGES
         full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
         comptime for j in range(KS):
-            var cur = nxt
-            comptime if j + 1 < KS:
-                nxt = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, own * KS + j + 1, n_lo, tq)
-            else:  # unconditional (clamped past the end): a branch here serializes the wgmmas
-                nxt = _block_scales[gm, gn, gk, TN](
-                    in_scale, w_scale, shape, (own + cfg.consumers) * KS, n_lo, tq)
-            var sw_lo = cur[0][0] if mine else Float32(0)
-            var sw_hi = cur[0][1] if mine else Float32(0)
-            var sa = cur[1]
+            var cur_w = pre_w[j]
+            var sa = pre_a[j]
+            # unconditional (clamped past the end): a branch here serializes the wgmmas
+            var sc = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, (own + cfg.consumers) * KS + j, n_lo, tq)
+            pre_w[j] = sc[0]
+            pre_a[j] = sc[1]
+            var sw_lo = cur_w[0] if mine else Float32(0)
+            var sw_hi = cur_w[1] if mine else Float32(0)
             var w_t = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
             var x_t = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
             warpgroup_fence(tmp)

@@ -24,7 +24,7 @@ from mojo_kernels.int4_gemm.config import (
 from mojo_kernels.int4_gemm.config import Int4WgmmaConfig
 from mojo_kernels.int4_gemm.gpu_dispatch import (
     int4_gemm_gpu, int4_gemm_gpu_config, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P,
-    WG_CFG_64N, launch_int4_gemm_mma, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
+    WG_CFG_64N, WG_CFG_64K, WG_CFG_128K, launch_int4_gemm_mma, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
     CFG_M16_K8,
 )
 from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma
@@ -94,6 +94,8 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         one[WG_CFG_64W](splits[i])
         one[WG_CFG_128](splits[i])
         one[WG_CFG_64N](splits[i])
+        one[WG_CFG_64K](splits[i])
+        one[WG_CFG_128K](splits[i])
         if with_pp:
             one[WG_CFG_64P](splits[i])
             one[WG_CFG_128P](splits[i])
