@@ -29,7 +29,11 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
   dequant with its MMAs: the two consumer warpgroups overlap each other's (ping-pong).
 - Split K (M <= 256 on small layers): `split_k` CTAs of a thread-block cluster; each writes
   its fp32 tile into its drained ring and stores a 1/split_k share of the rows, summed over
-  the cluster's tiles through distributed shared memory.
+  the cluster's tiles through distributed shared memory (`_store_tile`).
+- Warp-k partitions (cfg.wk = 2): two consumer warpgroups on the same columns take alternate
+  stages with their own accumulators, added up in the same shared-memory tile. Launches with
+  split_k = 1 and wk = 1 use a kernel instance without that staging (`staged = False`): each
+  thread stores its fragments directly.
 - Grid order for split_k == 1: groups of 8 M-tiles walk the N-tiles, so a wave re-uses both
   its x tiles and its weight tiles from L2.
 - Every mbarrier wait is bounded (2 s of %globaltimer, then `trap`): a pipeline bug aborts the
