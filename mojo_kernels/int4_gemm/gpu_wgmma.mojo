@@ -3,8 +3,8 @@
     C[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias[N]),  W[n, k] = (q[n, k] - z) · s[k // g, n]
 
 Same operands, layout and math as `gpu_mma.mojo` (see there and int4_layout.py); fp32
-accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N) staged through
-shared memory (an fp32 tile, then row-contiguous 8-byte stores).
+accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N): straight from
+the fragments, or (split K, warp-k) staged through an fp32 tile in shared memory.
 
 Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized weights):
 - The weights are wgmma's A operand (m64 = output columns), the activations its B operand
