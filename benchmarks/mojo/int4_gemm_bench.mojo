@@ -430,9 +430,9 @@ def main() raises:
                         if with_pp:
                             _ = try_cfg[WG_CFG_64NP](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             if with_wk and m > 16 and m <= 128:
+                var tiles = ceildiv(ceildiv(n, 64), 2) * ceildiv(m, 64 if m <= 64 else 128)
                 for sp in [1, 2, 4]:
-                    var bands = ceildiv(n, 64)
-                    var ctas = ceildiv(bands, 2) * sp * ceildiv(m, 64 if m <= 64 else 128)
+                    var ctas = tiles * sp
                     if ctas <= 132 * 2 and kp // 64 // sp >= 4:
                         if m <= 64:
                             _ = try_cfg[WG_CFG_64K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)

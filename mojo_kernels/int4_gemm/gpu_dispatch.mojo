@@ -70,9 +70,9 @@ comptime WG_CFG_64K = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, wk=2, stages=16, kg=4
 """33 <= M <= 64 on 70B.o / 70B.down (session 7, pinned through `tuned_wgmma`): 64 tokens x 128
 columns, two warp-k consumer warpgroups (one overlaps its dequant with the other's wgmma),
 one CTA per SM, 16 stages (~196 KB)."""
-comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=12, kg=4)
+comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=11, kg=4)
 """65 <= M <= 128 on 70B.o / 70B.down (session 7, via `tuned_wgmma`): WG_CFG_64K with 128
-tokens (the stages the smem budget leaves: 11)."""
+tokens, 11 stages (~223 KB: as many as the smem budget holds)."""
 comptime WGMMA_PIPELINED = False
 """Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
 pp path passes tests/mojo/int4_gemm_gpu_test.mojo with its `pp` flag on the device)."""

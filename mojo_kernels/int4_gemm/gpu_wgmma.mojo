@@ -530,8 +530,9 @@ def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
 
     The tile is fp32 [NT, CW] at row stride CW + 4 in every CTA's shared memory. Consecutive
     threads take consecutive 4-column groups of a row: conflict-free shared reads, coalesced
-    8-byte stores. A runtime loop keeps the code small (the unrolled per-fragment masked
-    stores it replaced were ~3.7k instructions, instruction-cache bound); each pass first
+    8-byte stores. A runtime loop keeps the code small (the unrolled per-fragment split-K
+    stores it replaced, with a `% split_k` test per fragment, were ~3.7k instructions,
+    instruction-cache bound); each pass first
     issues all its shared / distributed-shared loads (8 per thread), then sums and stores, so
     the remote-load latency is paid once per pass, not once per load (timeline of session 7
     in benchmarks/NOTES.md).
