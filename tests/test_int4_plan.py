@@ -69,7 +69,7 @@ M16N = MMA.format("16x64x64", 5, 4, 97280)
 WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} pp=0 stages={} split_k={{}}{} smem={}"
 WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
-WG64K = WG.format("64x128x64", 2, 1, 4, 16, " wk=2", 200960)
+WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
 WG128K = WG.format("128x128x64", 2, 1, 4, 11, " wk=2", 228528)
 
 
@@ -85,19 +85,25 @@ WG128K = WG.format("128x128x64", 2, 1, 4, 11, " wk=2", 228528)
         ("70B.o", 16, K8.format(1)),
         ("70B.gate_up", 16, M16N.format(1)),
         ("70B.down", 16, M16.format(2)),
-        # M = 64: WG_CFG_64N (2 CTAs per SM) pinned through tuned_wgmma, except 70B.gate_up
-        # and the warp-k WG_CFG_64K on 70B.o / 70B.down
+        # M = 64: pinned through tuned_wgmma (sessions 7 and 8): WG_CFG_64N (2 CTAs per SM),
+        # WG_CFG_64W (64 x 512); clusters of 6 included
         ("8B.qkv", 64, WG64N.format(4)),
-        ("8B.o", 64, WG64N.format(4)),
-        ("8B.gate_up", 64, WG64N.format(1)),
-        ("8B.down", 64, WG64N.format(4)),
-        ("70B.qkv", 64, WG64N.format(2)),
-        ("70B.o", 64, WG64K.format(2)),
+        ("8B.o", 64, WG64N.format(6)),
+        ("8B.gate_up", 64, WG64W.format(2)),
+        ("8B.down", 64, WG64N.format(6)),
+        ("70B.qkv", 64, WG64W.format(4)),
+        ("70B.o", 64, WG64W.format(6)),
         ("70B.gate_up", 64, WG64W.format(1)),
-        ("70B.down", 64, WG64K.format(2)),
-        # M = 128: the warp-k WG_CFG_128K on 70B.o / 70B.down (session 7)
+        ("70B.down", 64, WG64W.format(6)),
+        # M = 128: the warp-k WG_CFG_128K on 70B.o, else the rule with clusters of 3 / 6
+        ("8B.qkv", 128, WG128.format(4)),
+        ("8B.o", 128, WG128.format(6)),
+        ("8B.gate_up", 128, WG128.format(1)),
+        ("8B.down", 128, WG128.format(6)),
+        ("70B.qkv", 128, WG128.format(2)),
         ("70B.o", 128, WG128K.format(2)),
-        ("70B.down", 128, WG128K.format(2)),
+        ("70B.gate_up", 128, WG128.format(1)),
+        ("70B.down", 128, WG128.format(3)),
     ],
 )
 def test_llama3_small_m_plans_are_pinned(layer: str, m: int, expected: str) -> None:

@@ -32,7 +32,7 @@ CASES = [
     (16, 8192, "wgmma swap-AB 64x16 s=8 c=2 k=256"),
     (17, 8192, "wgmma swap-AB 64x32 s=4 c=2 k=512"),
     (64, 8192, "wgmma swap-AB 64x64 s=3 c=2 k=512"),
-    (128, 8192, "wgmma swap-AB 64x128 s=6 c=2"),
+    (128, 8192, "wgmma swap-AB 64x128 s=8 c=2"),  # accumulators over the drained ring
     # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs

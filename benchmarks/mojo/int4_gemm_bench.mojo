@@ -50,6 +50,9 @@ comptime G = 128
 comptime WG_CFG_64NP = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2, pp=True)
 """WG_CFG_64N software-pipelined (flag `pp`; not dispatched): the warpgroup dequantizes stage
 i + 1 while stage i's wgmmas run; its CTA has no second consumer to overlap with."""
+comptime WG_CFG_128N = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
+"""128 tokens x 128 columns, one consumer warpgroup, 2 CTAs per SM (5 stages in ~113 KB; not
+dispatched: at M = 128 within 1-2 % of the 128 x 256 tiles where it came closest, session 8)."""
 comptime HBM_TBPS = 4.24
 comptime PEAK_TFLOPS = 728.0
 comptime NUM_M = 6
@@ -307,6 +310,7 @@ def main() raises:
     var with_prev = True
     var with_pp = False
     var with_wk = False
+    var with_xs = False
     var m_only = List[Int]()
     for ai in range(2, len(args)):
         var a = String(args[ai])
@@ -316,6 +320,8 @@ def main() raises:
             with_pp = True
         if a == "wk":
             with_wk = True
+        if a == "xs":
+            with_xs = True
         if a.startswith("m="):
             var parts = a[byte=2:].split(",")
             for pi in range(len(parts)):
@@ -429,6 +435,27 @@ def main() raises:
                         _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
                         if with_pp:
                             _ = try_cfg[WG_CFG_64NP](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+            if m > 64 and m <= 256:
+                # the 2-CTA-per-SM tiles (64 x 128 and 128 x 128) over split_k {1, 2, 4, 8}
+                var bands2 = ceildiv(ceildiv(n, 64), 2)
+                for sp in [1, 2, 4, 8]:
+                    if kp // 64 // sp >= 4:
+                        if bands2 * ceildiv(m, 64) * sp <= 264:
+                            _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        if bands2 * ceildiv(m, 128) * sp <= 264:
+                            _ = try_cfg[WG_CFG_128N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+            if with_xs and m > 16 and m <= 128:
+                # cluster sizes the plan avoids (3, 5, 6, 7, 8): how they pack on this GPU
+                for sp in [3, 5, 6, 7, 8]:
+                    if kp // 64 // sp >= 4:
+                        if m > 64:
+                            _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        if sp <= 6:
+                            _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                            if m > 64:
+                                _ = try_cfg[WG_CFG_128K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                            else:
+                                _ = try_cfg[WG_CFG_64K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             if with_wk and m > 16 and m <= 128:
                 var tiles = ceildiv(ceildiv(n, 64), 2) * ceildiv(m, 64 if m <= 64 else 128)
                 for sp in [1, 2, 4]:

@@ -340,6 +340,29 @@ def wgmma_smem_usage(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> 
     return wgmma_ring_bytes(cfg, group_size, has_zeros) + 16 * cfg.stages
 
 
+def cluster_wave_cap(split: Int, ctas_per_sm: Int) -> Int:
+    """Most CTAs of a split-K grid (clusters of `split` CTAs, `ctas_per_sm` of them per SM) that
+    still run as one wave on the H200 (132 SMs in GPCs of unequal size; a cluster must fit in
+    one GPC), or 0 for cluster sizes that never measured well (7, 8). Measured with the wgmma
+    kernel (benchmarks/NOTES.md, session 8): clusters of 1-2 fill all 132 SMs, of 4 up to 120,
+    of 3 and 6 up to 96 (120 / 144 ran as two waves), of 5 up to 80 (120 did not); configs built
+    for 2 CTAs per SM hold 264, 192 (3, 4, 6; 240-256 did not) and 160 (5)."""
+    var cap: Int
+    if split <= 2:
+        cap = 132
+    elif split == 4:
+        cap = 120
+    elif split == 3 or split == 6:
+        cap = 96
+    elif split == 5:
+        cap = 80
+    else:
+        return 0
+    if ctas_per_sm > 1 and split > 2 and split != 5:
+        return 192  # not 240 = 2 x 120 for clusters of 4: 256 measured as two waves
+    return cap * ctas_per_sm
+
+
 def wgmma_smem_budget(cfg: Int4WgmmaConfig) -> Int:
     """Dynamic smem one CTA of `cfg` may use: SMEM_BUDGET_SM90 for 1 CTA per SM, else the
     SM's 228 KiB shared by cfg.ctas CTAs, less the 1 KiB each CTA reserves."""

@@ -19,6 +19,7 @@ from .config import (
     try_resolve_wgmma_config,
     wgmma_smem_usage,
     wgmma_smem_budget,
+    cluster_wave_cap,
     PIPE_WARP,
 )
 from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
@@ -67,12 +68,13 @@ smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs 
 WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
 spills and serializes the wgmma, C7512.)"""
 comptime WG_CFG_64K = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, wk=2, stages=16, kg=4)
-"""33 <= M <= 64 on 70B.o / 70B.down (session 7, pinned through `tuned_wgmma`): 64 tokens x 128
-columns, two warp-k consumer warpgroups (one overlaps its dequant with the other's wgmma),
-one CTA per SM, 16 stages (~196 KB)."""
+"""64 tokens x 128 columns, two warp-k consumer warpgroups (one overlaps its dequant with the
+other's wgmma), one CTA per SM, 16 stages (~196 KB). Not dispatched since session 8 (pinned on
+70B.o / 70B.down at M = 64 in session 7, now slower there than WG_CFG_64W at split 6); kept as
+the 64-token twin of WG_CFG_128K for the tests and the benchmark's `wk` sweep."""
 comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=11, kg=4)
-"""65 <= M <= 128 on 70B.o / 70B.down (session 7, via `tuned_wgmma`): WG_CFG_64K with 128
-tokens, 11 stages (~223 KB: as many as the smem budget holds)."""
+"""65 <= M <= 128 on 70B.o (session 7, via `tuned_wgmma`): WG_CFG_64K with 128 tokens, 11
+stages (~223 KB: as many as the smem budget holds)."""
 comptime WGMMA_PIPELINED = False
 """Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
 pp path passes tests/mojo/int4_gemm_gpu_test.mojo with its `pp` flag on the device)."""
@@ -83,16 +85,8 @@ comptime WG_VAR_64W = 1
 comptime WG_VAR_128 = 2
 comptime WG_VAR_64N = 3
 """WG_CFG_64N: chosen only through `tuned_wgmma`."""
-comptime WG_VAR_64K = 4
-"""WG_CFG_64K: chosen only through `tuned_wgmma`."""
-comptime WG_VAR_128K = 5
+comptime WG_VAR_128K = 4
 """WG_CFG_128K: chosen only through `tuned_wgmma`."""
-
-
-def _wg_split_cap(s: Int) -> Int:
-    """Most CTAs (one per SM) that clusters of s fit in one wave: measured on the H200 (NOTES.md
-    v7), clusters of 4 already spill past 120 CTAs, clusters of 1 and 2 fill the 132 SMs."""
-    return 120 if s >= 4 else 132
 
 
 def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
@@ -100,10 +94,10 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
     The kernel runs one ~200 KB CTA per SM, so the plan maximizes the CTAs of a single wave:
     over the tile configs (128 x 256, 64 x 256 tokens x columns; 64-token tiles only where
-    128 would be half empty) and splits 1, 2, 4 (odd and 8-CTA clusters pack badly into the
-    GPCs: measured 1.5-2x slower), the largest CTA count within the split's cap, each CTA
-    keeping >= 8 stages (512) of K; ties go to the larger tile and the smaller split. If even
-    split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
+    128 would be half empty) and splits 1, 2, 3, 4, 6 whose grid is one wave
+    (`cluster_wave_cap`) with >= 8 stages (512 of K) per CTA, the one with the fewest stages per
+    CTA, a 64-token stage weighted 3/4 of a 128-token one; ties go to the larger tile and the
+    smaller split. If even split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
     The (M range, N, K) pins of `tuned_wgmma` come first; this rule is `wgmma_rule`.
     """
     if m < WGMMA_MIN_M:
@@ -127,18 +121,22 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     var stages = kp // 64
     var best_v = -1
     var best_s = 1
-    var best_ctas = 0
+    var best_cost = 0
     for v in [WG_VAR_128, WG_VAR_64]:
         if v == WG_VAR_128 and m <= 64:
             continue
         var nt = 128 if v == WG_VAR_128 else 64
         var tiles = ceildiv(bands, 4) * ceildiv(m, nt)
-        for sp in [1, 2, 4]:
+        for sp in [1, 2, 3, 4, 6]:
             var ctas = tiles * sp
-            if ctas <= _wg_split_cap(sp) and (sp == 1 or stages // sp >= 8) and ctas > best_ctas:
+            # a 64-token stage costs ~3/4 of a 128-token one (measured at M = 128: it dequantizes
+            # the same weights for half the tokens)
+            var cost = ceildiv(stages, sp) * (4 if nt == 128 else 3)
+            var fits = ctas <= cluster_wave_cap(sp, 1) and (sp == 1 or stages // sp >= 8)
+            if fits and (best_v < 0 or cost < best_cost):
                 best_v = v
                 best_s = sp
-                best_ctas = ctas
+                best_cost = cost
     if best_v < 0:
         return (WG_VAR_64W if m <= 64 else WG_VAR_128, 1)
     return (best_v, best_s)
@@ -146,29 +144,36 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
 def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(wgmma variant, split_k) pinned per (M range, N, K) ahead of `wgmma_rule`, or (-1, 0).
-    33 <= M <= 64 (the wgmma part of `tuned_choice`'s 17..64 range): WG_CFG_64N, measured at
-    M = 64 on the H200 (v8, us against the v7 plan): 8B.qkv split 4 20.08 / 20.40, 8B.o split 4
-    19.73 / 20.13, 8B.gate_up split 1 46.82 / 47.24, 8B.down split 4 44.87 / 45.33, 70B.qkv
-    split 2 51.02 / 51.43, 70B.o split 2 39.34 / 44.89 (mma.sync), 70B.down split 2
-    111.85 / 130.81 (mma.sync). 70B.gate_up keeps the rule's 64 x 512.
-    Warp-k configs (session 7, same run, us against the previous pin / plan): 70B.o and
-    70B.down at M = 64 WG_CFG_64K split 2 37.1 / 39.6 and 111.2 / 116.6; at M = 128
-    WG_CFG_128K split 2 45.3 / 52.4 and 133.7 / 160.2 (slower on the 8B layers and 70B.qkv)."""
-    var is_70b_o_down = n == 8192 and (kp == 8192 or kp == 28672)
-    if m > 64 and m <= 128 and is_70b_o_down:
+    Measured on the H200 (benchmarks/NOTES.md; us of the pin against the previous one, same
+    run). 33 <= M <= 64 (the wgmma part of `tuned_choice`'s 17..64 range), at M = 64:
+    - WG_CFG_64N (64 x 128, 2 CTAs per SM): 8B.qkv split 4 17.0 (v8); 8B.o split 6 14.0 /
+      16.8 and 8B.down split 6 30.7 / 41.5 (session 8: clusters of 6 pack, the v8 note that
+      they do not was wrong).
+    - WG_CFG_64W (64 x 512), session 8: 8B.gate_up split 2 42.9 / 46.7, 70B.qkv split 4 43.2 /
+      46.5, 70B.o split 6 33.9 / 36.1 and 70B.down split 6 90.2 / 101.4 (against the warp-k
+      WG_CFG_64K split 2 and WG_CFG_64N split 3); 70B.gate_up takes it through the rule.
+    65 <= M <= 128: WG_CFG_128K split 2 on 70B.o (session 7: 45.3 / 52.4; session 8: 43.0
+    against 43.7 for the rule's 128 x 256 split 3); the other layers take the rule (session 8:
+    8B.o / 8B.down 128 x 256 split 6 19.0 / 39.0 against 21.3 / 50.8 at split 4)."""
+    if m > 64 and m <= 128 and n == 8192 and kp == 8192:
         return (WG_VAR_128K, 2)
     if m >= WGMMA_MIN_M and m <= 64:
-        if is_70b_o_down:
-            return (WG_VAR_64K, 2)
         if kp == 4096:
-            if n == 6144 or n == 4096:
+            if n == 6144:
                 return (WG_VAR_64N, 4)
+            if n == 4096:
+                return (WG_VAR_64N, 6)
             if n == 28672:
-                return (WG_VAR_64N, 1)
+                return (WG_VAR_64W, 2)
         elif kp == 14336 and n == 4096:
-            return (WG_VAR_64N, 4)
-        elif kp == 8192 and n == 10240:
-            return (WG_VAR_64N, 2)
+            return (WG_VAR_64N, 6)
+        elif kp == 8192:
+            if n == 10240:
+                return (WG_VAR_64W, 4)
+            if n == 8192:
+                return (WG_VAR_64W, 6)
+        elif kp == 28672 and n == 8192:
+            return (WG_VAR_64W, 6)
     return (-1, 0)
 
 
@@ -183,8 +188,6 @@ def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
         return WG_CFG_64W
     if v == WG_VAR_64N:
         return WG_CFG_64N
-    if v == WG_VAR_64K:
-        return WG_CFG_64K
     if v == WG_VAR_128K:
         return WG_CFG_128K
     comptime if WGMMA_PIPELINED:
@@ -398,9 +401,6 @@ def int4_gemm_gpu[
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_64N:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64N](
-            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
-    elif v == WG_VAR_64K:
-        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64K](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_128K:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_128K](

@@ -59,6 +59,7 @@ from std.math import ceildiv
 from .config import (
     Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
     wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
+    cluster_wave_cap,
 )
 from .gpu_mma import magic_value, nibble_pair
 
@@ -606,16 +607,13 @@ def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS:
 # ---- host side -------------------------------------------------------------------------------
 def choose_wgmma_split_k(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
     """CTAs per cluster along K for a fixed `cfg` (the dispatch uses gpu_dispatch.wgmma_plan,
-    which also picks the tile): one CTA per SM, so the largest of 1, 2, 4 keeping the grid
-    within one wave (<= 132 CTAs, <= 120 for clusters of 4, which pack less well into the
-    GPCs; 3, 5-8 measured 1.5-2x slower; cfg.ctas times that for configs built for several
-    CTAs per SM) and >= 8 stages (512 of K) per CTA."""
+    which also picks the tile): the split of 1, 2, 3, 4, 6 with the most CTAs that still run as
+    one wave (`cluster_wave_cap`, cfg.ctas CTAs per SM) and >= 8 stages (512 of K) per CTA."""
     var ctas = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
     var stages_total = kp // WG_BK
     var best = 1
-    for s in [2, 4]:
-        var cap = (132 if s <= 2 else 120) * cfg.ctas
-        if ctas * s <= cap and stages_total // s >= 8:
+    for s in [2, 3, 4, 6]:
+        if ctas * s <= cluster_wave_cap(s, cfg.ctas) and stages_total // s >= 8:
             best = s
     return best
 

@@ -34,6 +34,7 @@ from std.sys import size_of
 from std.utils.index import Index
 from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
+from max.gpu.sync import named_barrier
 from max.gpu.host import DeviceContext, FuncAttribute
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
 from max.gpu.memory import AddressSpace, external_memory
@@ -95,9 +96,13 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
         """fp32 accumulators of all consumers, token-major."""
         return self.consumers * self.tn * ROWS * 4
 
+    def ring_bytes(self) -> Int:
+        """The ring, or the accumulators that reuse it once it is drained, the larger."""
+        return max(self.stages * self.ksub * (W_TILE + self.x_tile()), self.out_bytes())
+
     def smem_bytes(self) -> Int:
-        # ring | accumulators | resolved rows (b, pos) per token | full + empty barriers
-        return self.stages * self.ksub * (W_TILE + self.x_tile()) + self.out_bytes() + 8 * self.tn + 16 * self.stages
+        # ring (then accumulators) | resolved rows (b, pos) per token | full + empty barriers
+        return self.ring_bytes() + 8 * self.tn + 16 * self.stages
 
 
 comptime DECODE_STAGES = 8
@@ -120,6 +125,7 @@ def decode_config(t: Int) -> DecodeConfig:
     var stages = DECODE_STAGES
     # K per stage, measured at N = 8192, K = 8192 (benchmarks/NOTES.md): 256 for tn <= 16, 512
     # up to 64 tokens; 128 at tn = 128, whose accumulators leave room for few stages
+    # (session 8, accumulators over the drained ring: 384 and 256 at tn = 64 still slower)
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
     while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub).smem_bytes() > SMEM_BUDGET:
         stages -= 1
@@ -186,8 +192,8 @@ def _wgmma_decode_kernel[
     var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
     var w_smem = smem
     var x_smem = smem.unsafe_offset(STAGES * W_STAGE)
-    var out_sh = smem.unsafe_offset(STAGES * STAGE_BYTES).unsafe_bitcast[Float32]()
-    var rows = out_sh.unsafe_offset(cfg.consumers * TN * ROWS).unsafe_bitcast[Int32]()
+    var out_sh = smem.unsafe_bitcast[Float32]()  # the accumulators, once the ring is drained
+    var rows = smem.unsafe_offset(cfg.ring_bytes()).unsafe_bitcast[Int32]()
     var full = rows.unsafe_offset(2 * TN).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
 
@@ -299,7 +305,10 @@ def _wgmma_decode_kernel[
                     var sw = sw_lo if q < 2 else sw_hi
                     accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * jj + q % 2])
 
-    # epilogue: accumulators to shared memory as out[c][token][row], then rows to the cache
+    # epilogue: accumulators to shared memory as out[c][token][row] (over the ring: every
+    # consumer is past its last stage, and every copy has landed, once all consumers arrive
+    # here), then rows to the cache
+    named_barrier[Int32(128 * cfg.consumers)](1)
     var out_c = out_sh.unsafe_offset(c * TN * ROWS)
     comptime for j in range(TN // 8):
         comptime for q in range(4):

@@ -251,7 +251,7 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
               int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, splits[si]), ": rel err ",
               r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
-    var wsplits: List[Int] = [0, 1, 4]
+    var wsplits: List[Int] = [0, 1, 4, 5, 6]
     ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits, with_pp) and ok
     if m <= 16:
         var msplits: List[Int] = [1, 2, 4, 8]
