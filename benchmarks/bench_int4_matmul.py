@@ -76,20 +76,23 @@ def torch_part(out_path: str) -> None:
 
 
 # ---------------------------------------------------------------- our op and MAX's, as graphs
-def ours_graph(device: Any, dtype: Any, copies: int) -> Any:
-    """One graph for every layer and M: `copies` ops on distinct x and rotated weights.
+def ours_graph(device: Any, dtype: Any, copies: int, nk: tuple[int, int] | None = None) -> Any:
+    """`copies` ops on distinct x and rotated weights, symbolic M.
 
-    Calls the op directly with symbolic N, K (the benchmark layers have N % 64 == 0 and
-    K % 128 == 0, so no padding is needed) so one compiled graph serves all shapes.
+    nk None: symbolic N, K too (the benchmark layers have N % 64 == 0 and K % 128 == 0, so no
+    padding is needed), so one compiled graph serves all layers; nk = (N, K): static weight
+    dims, as in a model (BENCH_STATIC=1: one graph per layer, as MAX's kernel is timed).
     """
     from max.dtype import DType
     from max.graph import Graph, TensorType, ops
 
     from mojo_gemm import kernels_package
 
-    types = [TensorType(dtype, ["m", "kp"], device) for _ in range(copies)]
-    types += [TensorType(DType.uint32, ["nb", "kw"], device) for _ in range(copies)]
-    types += [TensorType(dtype, ["g", "np"], device) for _ in range(copies)]
+    n, k = nk if nk else ("np", "kp")
+    nb, kw, g = (n // 64, k * 8, k // GROUP) if nk else ("nb", "kw", "g")
+    types = [TensorType(dtype, ["m", k], device) for _ in range(copies)]
+    types += [TensorType(DType.uint32, [nb, kw], device) for _ in range(copies)]
+    types += [TensorType(dtype, [g, n], device) for _ in range(copies)]
     with Graph("int4_bench", input_types=types, custom_extensions=[kernels_package()]) as g:
         vals = [v.tensor for v in g.inputs]
         xs, qs, ss = vals[:copies], vals[copies:2 * copies], vals[2 * copies:]
@@ -122,12 +125,20 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], device_kind: str,
     ref_dev = DeviceRef.GPU() if gpu else DeviceRef.CPU()
     copies = R if gpu else 1
     session = InferenceSession(devices=[CPU(), dev] if gpu else [CPU()])
-    t0 = time.perf_counter()
-    model = session.load(ours_graph(ref_dev, DType.bfloat16, copies))
-    print(f"ours: compiled in {time.perf_counter() - t0:.1f}s", flush=True)
+    static = gpu and os.environ.get("BENCH_STATIC") == "1"
+    model = None
+    if not static:
+        t0 = time.perf_counter()
+        model = session.load(ours_graph(ref_dev, DType.bfloat16, copies))
+        print(f"ours: compiled in {time.perf_counter() - t0:.1f}s", flush=True)
     sync = dev.synchronize if gpu else None
     rng = np.random.default_rng(0)
     for name, (n, k) in layers.items():
+        if static:
+            t0 = time.perf_counter()
+            model = session.load(ours_graph(ref_dev, DType.bfloat16, copies, (n, k)))
+            print(f"ours {name} (static N, K): compiled in {time.perf_counter() - t0:.1f}s",
+                  flush=True)
         # Random packed words are valid weights (any nibble is a code): no host quantization
         # of GB-sized matrices. Scales are rounded to bf16 as the op sees them.
         qweight = rng.integers(0, 1 << 32, (n // 64, k * 8), dtype=np.uint32)
@@ -315,12 +326,15 @@ def main() -> None:
                                              if r["M"] == m and "x_max_kernel" in r]),
         }
     print(json.dumps(summary, indent=1))
+    ours_dims = ("static N, K: one graph per layer" if os.environ.get("BENCH_STATIC") == "1"
+                 else "symbolic N, K: one graph for all layers")
     harness.record(
         "int4_matmul_gpu", list(rows.values()),
         ["layer", "M", "ours_us", "host_us", "kernel_us", "TBps", "TFLOPs", "cublas_us",
          "x_cublas", "x_cublas_kernel", "int4pack_us", "max_us", "max_host_us", "max_kernel_us",
          "x_max", "x_max_kernel", "config"],
-        method="ours and MAX: graph of R=16 ops on distinct x, rotated weight copies, median "
+        method=f"ours ({ours_dims}) and MAX (static N, K): graph of R=16 ops on distinct x, "
+               "rotated weight copies, median "
                "(execute+sync)/R; host_us: execute alone / R; kernel_us / max_kernel_us (M <= "
                f"{TRACE_MAX_M}): summed kernel time of one execute / R (CUPTI trace); torch: "
                "do_bench median, L2 flushed; bf16, g=128, symmetric; graph floor (R negates of "
