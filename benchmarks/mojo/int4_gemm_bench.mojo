@@ -5,6 +5,7 @@ bf16, symmetric, no bias, M in {16, 64, 128, 256, 1024, 4096}; standalone progra
     run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [pp] [m=16,64]
 (noprev: skip timing the v6 mma.sync selection; pp: also time the experimental pipelined configs;
 wk: also the warp-k configs WG_CFG_64K / WG_CFG_128K with splits 1, 2, 4 at 16 < M <= 128;
+xs: also the cluster sizes the plan avoids or caps (3, 5, 6, 7, 8) at 16 < M <= 128;
 m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
 
 Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
@@ -12,7 +13,8 @@ previous dispatch (before the v8 pins: `prev_m16_choice` at M = 16, `gpu_dispatc
 above; timed, tagged "v7", only where v8 changed the launch, else equal to default), "default" =
 `int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
 CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
-v7 plan, and for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is
+v7 plan, for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for
+64 < M <= 256 WG_CFG_64N and WG_CFG_128N (128 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is
 the fastest checked launch of all of them.
 
 Per layer: fresh random weights (enough rotating copies, >= 4 and >= 200 MB, that L2 never
