@@ -9,8 +9,8 @@ xs: also the cluster sizes the plan avoids or caps (3, 5, 6, 7, 8) at 16 < M <= 
 m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
 
 Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
-previous dispatch (before the v8 pins: `prev_m16_choice` at M = 16, `gpu_dispatch.wgmma_rule`
-above; timed, tagged "v7", only where v8 changed the launch, else equal to default), "default" =
+dispatch without its pins (`prev_m16_choice` at M = 16, `gpu_dispatch.wgmma_rule` above; timed,
+tagged "v7", only where a pin changes the launch, else equal to default), "default" =
 `int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
 CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
 v7 plan, for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for
