@@ -347,20 +347,15 @@ def cluster_wave_cap(split: Int, ctas_per_sm: Int) -> Int:
     kernel (benchmarks/NOTES.md, session 8): clusters of 1-2 fill all 132 SMs, of 4 up to 120,
     of 3 and 6 up to 96 (120 / 144 ran as two waves), of 5 up to 80 (120 did not); configs built
     for 2 CTAs per SM hold 264, 192 (3, 4, 6; 240-256 did not) and 160 (5)."""
-    var cap: Int
     if split <= 2:
-        cap = 132
-    elif split == 4:
-        cap = 120
-    elif split == 3 or split == 6:
-        cap = 96
-    elif split == 5:
-        cap = 80
-    else:
-        return 0
-    if ctas_per_sm > 1 and split > 2 and split != 5:
-        return 192  # not 240 = 2 x 120 for clusters of 4: 256 measured as two waves
-    return cap * ctas_per_sm
+        return 132 * ctas_per_sm
+    if split == 4:
+        return 120 if ctas_per_sm == 1 else 192  # not 2 x 120: 256 measured as two waves
+    if split == 3 or split == 6:
+        return 96 * ctas_per_sm
+    if split == 5:
+        return 80 * ctas_per_sm
+    return 0
 
 
 def wgmma_smem_budget(cfg: Int4WgmmaConfig) -> Int:
