@@ -21,7 +21,7 @@ CASES = [
     (1, 4096, "mma.sync MT=1 NB=2 U=2 late"),
     (16, 6336, "mma.sync MT=1 NB=2 U=2 late"),  # 99 CTAs of 64 rows: below DECODE_MIN_CTAS
     # 16 < T <= 128: 32 x 16 CTAs, 64 x 32 from N = LARGE_N
-    (64, 1024, "mma.sync MT=2 NB=2 U=2"),
+    (64, 1024, "mma.sync MT=2 NB=2 U=2 rot"),
     (64, 4096, "mma.sync MT=4 NB=4 U=1"),
     (128, 4096, "mma.sync MT=4 NB=4 U=1"),
     # T <= 128 and ceil(N / 64) >= DECODE_MIN_CTAS = 100: swap-AB wgmma, the smallest token tile
@@ -30,9 +30,9 @@ CASES = [
     (1, 8192, "wgmma swap-AB 64x8 s=8 c=2 k=256"),
     (9, 8192, "wgmma swap-AB 64x16 s=8 c=2 k=256"),
     (16, 8192, "wgmma swap-AB 64x16 s=8 c=2 k=256"),
-    (17, 8192, "wgmma swap-AB 64x32 s=4 c=2 k=512"),
-    (64, 8192, "wgmma swap-AB 64x64 s=3 c=2 k=512"),
-    (128, 8192, "wgmma swap-AB 64x128 s=8 c=2"),  # accumulators over the drained ring
+    (17, 8192, "wgmma swap-AB 64x32 s=4 c=2 k=512 rot"),
+    (64, 8192, "wgmma swap-AB 64x64 s=3 c=2 k=512 rot"),
+    (128, 8192, "wgmma swap-AB 64x128 s=8 c=2 rot"),  # accumulators over the drained ring
     # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
@@ -58,7 +58,7 @@ def test_gk_64_takes_mma_sync_at_any_t() -> None:
     g = (1, 128, 64)
     assert k_cache_gpu_plan(1, 1024, K, granularity=g) == "mma.sync MT=1 NB=1 U=4"
     assert k_cache_gpu_plan(1, 8192, K, granularity=g) == "mma.sync MT=1 NB=2 U=2 late"
-    assert k_cache_gpu_plan(64, 1024, K, granularity=g) == "mma.sync MT=2 NB=2 U=2"
+    assert k_cache_gpu_plan(64, 1024, K, granularity=g) == "mma.sync MT=2 NB=2 U=2 rot"
     assert k_cache_gpu_plan(256, 1024, K, granularity=g) == "mma.sync MT=2 NB=4 U=1"
     assert k_cache_gpu_plan(4096, 8192, K, granularity=g) == "mma.sync MT=2 NB=4 U=1"
 

@@ -9,7 +9,8 @@ launches what it picked. First match wins:
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
    + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
    the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
-   62.4 / 119 us with the mma.sync configs of 4., 20.0 / 21.5 / 24.3 / 42.6 us with it.
+   62.4 / 119 us with the mma.sync configs of 4., 20.1 / 21.2 / 22.6 / 30.6 us with it (session
+   9, 4 weight copies).
 4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
@@ -29,7 +30,7 @@ the paged cache.
 
 from std.math import ceildiv
 from std.memory import stack_allocation
-from max.gpu import barrier, block_idx, thread_idx
+from max.gpu import barrier, block_idx, grid_dim, thread_idx
 from max.gpu.compute.mma import mma
 from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
@@ -108,7 +109,7 @@ def _store_tile[cache_t: KVCacheT, BT: Int, BN: Int](
 
 # ------------------------------------------------------------------------ mma.sync split-K
 def _mma_splitk_kernel[
-    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool
+    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool, rotate: Bool
 ](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
@@ -126,7 +127,9 @@ def _mma_splitk_kernel[
     A warp takes U consecutive scale blocks at a time and issues all their loads before the
     first MMA, so that U * gk/64 * (NB + 2 MT) 16-byte loads per lane are in flight. late_rows:
     warp 0 resolves the tokens' cache rows after its loads instead of before them (faster with
-    NB = 2 at large N, slower with NB = 1; measured, not understood).
+    NB = 2 at large N, slower with NB = 1; measured, not understood). rotate: the CTAs of one
+    token tile start their K walks at different scale blocks (CTA i of G at block i * blocks / G),
+    so that they do not all read the same token rows at the same time.
     """
     comptime BT = 16 * MT
     comptime BN = 8 * NB
@@ -151,13 +154,17 @@ def _mma_splitk_kernel[
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
     var n_kb = ceildiv(K, gk)
+    var rot = (block_idx.x * n_kb) // grid_dim.x if rotate else 0
     for kb0 in range(warp * U, n_kb, WARPS * U):
         var a_lo = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
         var a_hi = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
         var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
         comptime for u in range(U):
+            var kbp = kb0 + u + rot  # the scale block of step kb0 + u of this CTA's walk
+            if kbp >= n_kb:
+                kbp -= n_kb
             comptime for c in range(CH):
-                var kc = (kb0 + u) * gk + c * 64 + tig * 16
+                var kc = kbp * gk + c * 64 + tig * 16
                 if kb0 + u < n_kb and kc < K:
                     comptime for nb in range(NB):
                         var n = n0 + nb * 8 + g
@@ -176,8 +183,10 @@ def _mma_splitk_kernel[
                                 width=16, alignment=16
                             ](0)
         comptime for u in range(U):
-            var kb = kb0 + u
-            if kb < n_kb:
+            var kb = kb0 + u + rot
+            if kb >= n_kb:
+                kb -= n_kb
+            if kb0 + u < n_kb:
                 var tmp = Array[SIMD[F32, 4], MT * NB](fill=0)
                 comptime for c in range(CH):
                     comptime for h in range(2):
@@ -314,22 +323,27 @@ struct MmaConfig(ImplicitlyCopyable, Writable):
     var nb: Int
     var u: Int
     var late_rows: Bool
+    var rotate: Bool
 
     def write_to(self, mut writer: Some[Writer]):
         writer.write("mma.sync MT=", self.mt, " NB=", self.nb, " U=", self.u)
         if self.late_rows:
             writer.write(" late")
+        if self.rotate:
+            writer.write(" rot")
 
 
-comptime MMA_DECODE = MmaConfig(1, 1, 4, False)
+comptime MMA_DECODE = MmaConfig(1, 1, 4, False, False)
 """T <= 16."""
-comptime MMA_DECODE_LARGE_N = MmaConfig(1, 2, 2, True)
+comptime MMA_DECODE_LARGE_N = MmaConfig(1, 2, 2, True, False)
 """T <= 16, N >= LARGE_N."""
-comptime MMA_MID = MmaConfig(2, 2, 2, False)
-"""16 < T <= WGMMA_MIN_TOKENS."""
-comptime MMA_MID_LARGE_N = MmaConfig(4, 4, 1, False)
+comptime MMA_MID = MmaConfig(2, 2, 2, False, True)
+"""16 < T <= WGMMA_MIN_TOKENS. Rotated K walks: H200, N = 1024, T = 64 (session 9, 4 weight
+copies): K = 8192 12.7-13.1 -> 12.1-12.2 us, K = 4096 7.3-7.4 -> 7.9-8.0 us (kept for the
+K = 8192 row, the one below its bar)."""
+comptime MMA_MID_LARGE_N = MmaConfig(4, 4, 1, False, False)
 """16 < T <= WGMMA_MIN_TOKENS, N >= LARGE_N."""
-comptime MMA_PREFILL = MmaConfig(2, 4, 1, False)
+comptime MMA_PREFILL = MmaConfig(2, 4, 1, False, False)
 """T > WGMMA_MIN_TOKENS where the wgmma kernel does not apply (any N)."""
 
 # What `k_cache_gpu_plan` picks (and `k_cache_matmul_gpu` launches).
@@ -410,7 +424,7 @@ def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
     kv_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, k_cache: cache_t, shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows]
+    comptime kernel = _mma_splitk_kernel[cache_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows, cfg.rotate]
     ctx.enqueue_function[kernel](
         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
         grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt)),

@@ -18,8 +18,10 @@ promote chain), each with its own fp32 accumulator. Per 128-wide K block (one sc
 4 wgmma m64n{tn}k32 into a block accumulator (the first with scale-d = 0: no zeroing moves,
 which made ptxas inject warpgroup.arrive), wait, then promotion in fp32 registers,
 acc += block · weight_scale[row] · input_scale[token] (Hopper's FP8 tensor cores accumulate
-with reduced precision; no sum longer than one block stays inside them; the scales of the
-next block are loaded while this one runs); the stage is released after its last block.
+with reduced precision; no sum longer than one block stays inside them; each lane loads
+TN / 32 token scales of the next round and shuffles gather the ones its fragment needs); the
+stage is released after its last block. From tn = 32 on, CTA i of G walks K from tile
+i · tiles / G ("rot"), so that the CTAs do not all read the same token tile at once.
 Epilogue: the consumers' accumulators go to shared memory (token-major), one CTA barrier, then
 16-byte stores of each token's 64-column row segment into its paged cache slot (scalar stores
 when the slot address or the N tail forbid a vector). Rows past T, skipped tokens and columns
@@ -33,7 +35,8 @@ from std.memory import stack_allocation
 from std.sys import size_of
 from std.utils.index import Index
 from std.utils.static_tuple import StaticTuple
-from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
+from max.gpu.primitives.warp import shuffle_idx
 from max.gpu.sync import named_barrier
 from max.gpu.host import DeviceContext, FuncAttribute
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
@@ -62,6 +65,10 @@ comptime W_TILE = ROWS * BK
 """Bytes of one stage's weight tile."""
 comptime MAX_TOKENS = 128
 """Most tokens one CTA takes (the largest `tn`); `k_cache_gpu_plan` sends larger T elsewhere."""
+comptime OUT_STRIDE = ROWS + 4
+"""Floats per token row of the epilogue's accumulator tile: the padding makes the consumers'
+stores conflict-free (a warp writes 4 tokens x 8 rows; at a stride of 64 floats the 4 tokens
+fell on the same bank)."""
 
 
 @fieldwise_init
@@ -74,12 +81,18 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
     var consumers: Int
     var ksub: Int
     """128-wide K blocks per stage (longer contiguous reads per weight row per stage)."""
+    var rotate: Bool
+    """Each CTA walks K from its own starting tile (CTA i of G at tile i * tiles / G), so that
+    the CTAs do not all read the same token tile at the same time."""
 
     def write_to(self, mut writer: Some[Writer]):
-        """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA)."""
+        """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA), then
+        " k=KB" (K per stage) and " rot" (rotated K walks) where they apply."""
         writer.write("wgmma swap-AB ", ROWS, "x", self.tn, " s=", self.stages, " c=", self.consumers)
         if self.ksub > 1:
             writer.write(" k=", self.ksub * BK)
+        if self.rotate:
+            writer.write(" rot")
 
     def threads(self) -> Int:
         return 128 * (1 + self.consumers)
@@ -93,8 +106,8 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
         return self.tn * BK
 
     def out_bytes(self) -> Int:
-        """fp32 accumulators of all consumers, token-major."""
-        return self.consumers * self.tn * ROWS * 4
+        """fp32 accumulators of all consumers, token-major, OUT_STRIDE floats per token."""
+        return self.consumers * self.tn * OUT_STRIDE * 4
 
     def ring_bytes(self) -> Int:
         """The ring, or the accumulators that reuse it once it is drained, the larger."""
@@ -112,7 +125,12 @@ comptime SMEM_BUDGET = 227 * 1024
 """Dynamic shared memory one sm_90 CTA may use."""
 comptime DECODE_CONSUMERS = 2
 """Consumer warpgroups. Measured at N = 8192: one was 7-60 % slower (its wgmma -> wait ->
-promote chain per K tile is not hidden), three (152 registers each) no faster than two."""
+promote chain per K tile is not hidden), three (152 registers each) no faster than two; two
+consumers splitting the tokens of every stage (each 64 x tn/2) 18-32 % slower (session 9: the
+weight tile is then read from shared memory twice)."""
+comptime ROTATE_MIN_TN = 32
+"""Rotated K walks from this token tile on: H200, N = 8192, T = 64: -3 % (K = 4096 and 8192);
+at T = 1 +3 % (K = 4096) (session 9)."""
 
 
 def decode_config(t: Int) -> DecodeConfig:
@@ -127,32 +145,49 @@ def decode_config(t: Int) -> DecodeConfig:
     # up to 64 tokens; 128 at tn = 128, whose accumulators leave room for few stages
     # (session 8, accumulators over the drained ring: 384 and 256 at tn = 64 still slower)
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
-    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub).smem_bytes() > SMEM_BUDGET:
+    var rotate = tn >= ROTATE_MIN_TN
+    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate).smem_bytes() > SMEM_BUDGET:
         stages -= 1
-    return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub)
+    return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate)
 
 
 @always_inline
-def _block_scales[gm: Int, gn: Int, gk: Int, TN: Int](
-    in_scale: F32Ptr, w_scale: F32Ptr, shape: KCacheShape, kt: Int, n_lo: Int, tq: Int
-) -> Tuple[SIMD[F32, 2], SIMD[F32, TN // 4]]:
-    """The scales a consumer thread applies to K tile kt (clamped to the last): weight_scale of
-    rows n_lo and n_lo + 8, input_scale of tokens tq + 8j + p (j < TN / 8, p < 2); 0 past N / T."""
-    var kb = (min(kt, ceildiv(Int(shape.K), BK) - 1) * BK) // gk
-    var N = Int(shape.N)
+def _lane_token_scales[gm: Int, gn: Int, gk: Int, TN: Int, V: Int](
+    in_scale: F32Ptr, w_scale: F32Ptr, shape: KCacheShape, blk: Int, t0: Int, n0: Int, lane: Int
+) -> SIMD[F32, V]:
+    """Token scales of 128-wide K block blk (clamped to the last) that one lane loads for its
+    warp: input_scale of tokens t0 + lane + 32 v (v < V; 0 past T or the tile), times the
+    CTA's weight_scale when all its rows share one (gn % ROWS == 0)."""
+    var kb = (min(blk, ceildiv(Int(shape.K), BK) - 1) * BK) // gk
     var T = Int(shape.T)
-    var ws_stride = Int(shape.ws_stride)
     var as_stride = Int(shape.as_stride)
+    var v = SIMD[F32, V]()
+    comptime for i in range(V):
+        var t = t0 + lane + 32 * i
+        v[i] = in_scale[unsafe_offset=kb * as_stride + t // gm] if (lane + 32 * i < TN and t < T) else Float32(0)
+    comptime if gn % ROWS == 0:
+        v *= w_scale[unsafe_offset=(n0 // gn) * Int(shape.ws_stride) + kb]
+    return v
+
+
+@always_inline
+def _row_scales[gn: Int, gk: Int](w_scale: F32Ptr, shape: KCacheShape, blk: Int, n_lo: Int) -> SIMD[F32, 2]:
+    """weight_scale of rows n_lo and n_lo + 8 for 128-wide K block blk (clamped to the last); 0
+    past N. Only when gn % ROWS != 0 (else `_lane_token_scales` carries the weight scale)."""
+    var kb = (min(blk, ceildiv(Int(shape.K), BK) - 1) * BK) // gk
     var sw = SIMD[F32, 2]()
     comptime for h in range(2):
         var n = n_lo + 8 * h
-        sw[h] = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
-    var sa = SIMD[F32, TN // 4]()
-    comptime for j in range(TN // 8):
-        comptime for p in range(2):
-            var t = tq + 8 * j + p
-            sa[2 * j + p] = in_scale[unsafe_offset=kb * as_stride + t // gm] if t < T else Float32(0)
-    return (sw, sa)
+        sw[h] = w_scale[unsafe_offset=(n // gn) * Int(shape.ws_stride) + kb] if n < Int(shape.N) else Float32(0)
+    return sw
+
+
+@always_inline
+def _k_tile(kt: Int, rot: Int, num_k_tiles: Int) -> Int:
+    """The K tile that step kt of a CTA's walk reads: (kt + rot) mod num_k_tiles, kt, rot <
+    num_k_tiles."""
+    var kp = kt + rot
+    return kp - num_k_tiles if kp >= num_k_tiles else kp
 
 
 @__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
@@ -210,6 +245,8 @@ def _wgmma_decode_kernel[
     var n0 = block_idx.x * ROWS
     var t0 = block_idx.y * TN
     var wg = tid // 128
+    # step kt of this CTA's K walk reads K tile (kt + rot) % num_k_tiles
+    var rot = (block_idx.x * num_k_tiles) // grid_dim.x if cfg.rotate else 0
 
     if wg == 0:
         warpgroup_reg_dealloc[40]()
@@ -220,11 +257,12 @@ def _wgmma_decode_kernel[
                     empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
                 if tid == 0:
                     full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                    var kp = _k_tile(kt, rot, num_k_tiles)
                     comptime for j in range(KS):
                         var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
                         var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
-                        w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kt * KS + j) * BK, n0))
-                        x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kt * KS + j) * BK, t0))
+                        w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, n0))
+                        x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, t0))
         else:
             # warps 1-3 resolve each token's cache slot while the ring fills (read after the
             # barrier below)
@@ -246,8 +284,6 @@ def _wgmma_decode_kernel[
     # + q % 2
     var r_lo = 16 * warp + lane // 4
     var n_lo = n0 + r_lo
-    var n_hi = n_lo + 8
-    var tq = t0 + 2 * (lane % 4)
     var accum = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
@@ -260,34 +296,46 @@ def _wgmma_decode_kernel[
         F32, FP8, FP8, Index(ROWS, TN, 32), a_swizzle=SW, b_swizzle=SW, transpose_b=True
     ]()
     # every consumer runs the same trip count (a loop bound depending on c makes ptxas serialize
-    # the wgmmas, C7520); on the last round a consumer without a tile of its own repeats the last
-    # one with its scales zeroed and does not release it
+    # the wgmmas, C7520); on the last round a consumer without a tile of its own repeats one with
+    # its scales zeroed and does not release it (below)
     var rounds = ceildiv(num_k_tiles, cfg.consumers)
-    # the scales of K block j of round it + 1 are loaded while block j of round it runs: a
-    # whole round (KS blocks) ahead, since one block's wgmma (~200 cycles) hides less than a
-    # global load's latency (ncu, session 7: the promotion's FMUL waiting on them was the top
-    # stall at one block ahead)
-    var pre_w = Array[SIMD[F32, 2], KS](uninitialized=True)
-    var pre_a = Array[SIMD[F32, TN // 4], KS](uninitialized=True)
+    # Scales: per K block a lane loads V = TN / 32 token scales (its warp's TN between the 32
+    # lanes; times the weight scale when FOLD) and the promotion gathers the TN / 4 its
+    # fragment needs with shuffles. Loaded one round ahead, each block's registers reloaded
+    # right after their values are used (no register copy that waits on the load). (Session 9, ncu of the version with each thread
+    # loading its TN / 4 scales one round ahead: the copy of the prefetched registers waited
+    # on the loads as long as the consumers waited for data; without any scales T = 64 ran
+    # 12 % faster, T = 128 35 %.)
+    comptime V = ceildiv(TN, 32)
+    comptime FOLD = gn % ROWS == 0
+    var sa_buf = Array[SIMD[F32, V], KS](uninitialized=True)
+    var sw_buf = Array[SIMD[F32, 2], KS](fill=SIMD[F32, 2](1))
+    var kp0 = _k_tile(c, rot, num_k_tiles)
     comptime for j in range(KS):
-        var sc = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, c * KS + j, n_lo, tq)
-        pre_w[j] = sc[0]
-        pre_a[j] = sc[1]
+        sa_buf[j] = _lane_token_scales[gm, gn, gk, TN, V](in_scale, w_scale, shape, kp0 * KS + j, t0, n0, lane)
+        comptime if not FOLD:
+            sw_buf[j] = _row_scales[gn, gk](w_scale, shape, kp0 * KS + j, n_lo)
+    # the last tile this consumer owns (a round past it repeats it, with zeroed scales: landed,
+    # and never overwritten, as no tile follows it on its stage); a consumer without any tile
+    # (num_k_tiles < consumers) repeats tile num_k_tiles - 1, its stage's first phase
+    var last_own = c + cfg.consumers * ((num_k_tiles - 1 - c) // cfg.consumers) if c < num_k_tiles else num_k_tiles - 1
     for it in range(rounds):
         var own = it * cfg.consumers + c
         var mine = own < num_k_tiles
-        var kt = own if mine else num_k_tiles - 1
+        var kt = own if mine else last_own
         var s = kt % STAGES
+        # the K tile of round it + 1, whose scales replace this round's (clamped)
+        var k_ahead = _k_tile(min(own + cfg.consumers, num_k_tiles - 1), rot, num_k_tiles)
+        var zero = Float32(1) if mine else Float32(0)
+        comptime if STAGES % cfg.consumers != 0:
+            # the stage's previous tile belongs to the other consumer: an mbarrier parity
+            # wait cannot tell phase q from q - 2, so first wait until that tile has been
+            # released (as the producer does); with STAGES a multiple of the consumers a
+            # consumer's stages are its own and their phases come one at a time
+            if mine and kt >= STAGES:
+                empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
         full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
         comptime for j in range(KS):
-            var cur_w = pre_w[j]
-            var sa = pre_a[j]
-            # unconditional (clamped past the end): a branch here serializes the wgmmas
-            var sc = _block_scales[gm, gn, gk, TN](in_scale, w_scale, shape, (own + cfg.consumers) * KS + j, n_lo, tq)
-            pre_w[j] = sc[0]
-            pre_a[j] = sc[1]
-            var sw_lo = cur_w[0] if mine else Float32(0)
-            var sw_hi = cur_w[1] if mine else Float32(0)
             var w_t = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
             var x_t = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
             warpgroup_fence(tmp)
@@ -299,22 +347,31 @@ def _wgmma_decode_kernel[
             comptime if j == KS - 1:
                 if ltid == 0 and mine:
                     _ = empty[unsafe_offset=s].arrive()
+            var vals = sa_buf[j]
+            var sw = sw_buf[j] * zero
             comptime for jj in range(TN // 8):
-                comptime for q in range(4):
-                    comptime i = 4 * jj + q
-                    var sw = sw_lo if q < 2 else sw_hi
-                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sw * sa[2 * jj + q % 2])
+                comptime for p in range(2):
+                    # token 8 jj + 2 (lane % 4) + p: loaded by lane (8 jj) % 32 + 2 (lane % 4) + p
+                    var sa = shuffle_idx(vals[(8 * jj) // 32], UInt32((8 * jj) % 32 + 2 * (lane % 4) + p))
+                    comptime for h in range(2):
+                        comptime i = 4 * jj + 2 * h + p
+                        accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](tmp[0, i]) * (sa * sw[h])
+            # unconditional (clamped past the end): a branch here serializes the wgmmas
+            sa_buf[j] = _lane_token_scales[gm, gn, gk, TN, V](
+                in_scale, w_scale, shape, k_ahead * KS + j, t0, n0, lane)
+            comptime if not FOLD:
+                sw_buf[j] = _row_scales[gn, gk](w_scale, shape, k_ahead * KS + j, n_lo)
 
     # epilogue: accumulators to shared memory as out[c][token][row] (over the ring: every
     # consumer is past its last stage, and every copy has landed, once all consumers arrive
     # here), then rows to the cache
     named_barrier[Int32(128 * cfg.consumers)](1)
-    var out_c = out_sh.unsafe_offset(c * TN * ROWS)
+    var out_c = out_sh.unsafe_offset(c * TN * OUT_STRIDE)
     comptime for j in range(TN // 8):
         comptime for q in range(4):
             var tl = 8 * j + 2 * (lane % 4) + q % 2
             var rl = r_lo + 8 * (q // 2)
-            out_c[unsafe_offset=tl * ROWS + rl] = rebind[Float32](accum[0, 4 * j + q])
+            out_c[unsafe_offset=tl * OUT_STRIDE + rl] = rebind[Float32](accum[0, 4 * j + q])
     barrier()
 
     comptime VEC = 16 // size_of[cache_t.dtype]()
@@ -328,9 +385,9 @@ def _wgmma_decode_kernel[
         var n = n0 + nl
         if n >= N:
             continue
-        var v = out_sh.unsafe_offset(tl * ROWS + nl).unsafe_load[width=VEC]()
+        var v = out_sh.unsafe_offset(tl * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
         comptime for cc in range(1, cfg.consumers):
-            v += out_sh.unsafe_offset((cc * TN + tl) * ROWS + nl).unsafe_load[width=VEC]()
+            v += out_sh.unsafe_offset((cc * TN + tl) * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
         comptime if is_fp8_cache[cache_t.dtype]():
             if Int(shape.n_kv_scale) > 1:
                 comptime for i in range(VEC):

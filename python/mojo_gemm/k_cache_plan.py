@@ -2,7 +2,8 @@
 
 `k_cache_gpu_plan(t, n, k)` returns the text naming the kernel and CTA tile the GPU dispatch of
 `k_matmul_ragged_paged_scale` (and its V twin) launches for that call, e.g. "wgmma 128x128",
-"wgmma 64x64", "mma.sync MT=1 NB=2 U=2 late", "mma.sync MT=2 NB=2 U=2", "simt" or "none (T=0)".
+"wgmma 64x64", "mma.sync MT=1 NB=2 U=2 late", "mma.sync MT=2 NB=2 U=2 rot", "simt" or
+"none (T=0)".
 It runs the dispatch's own Mojo function (`k_cache_gpu_plan` in k_cache_matmul/gpu.mojo) in a
 tiny CPU graph (`_plan_op`, compiled once per granularity and process), so benchmarks can
 record the config of every row and tests can check the plan without a GPU.

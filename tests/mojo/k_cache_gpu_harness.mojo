@@ -48,8 +48,12 @@ def run_case[
     half: Int = K_HALF,
 ](
     ctx: DeviceContext, name: String, K: Int, lengths: List[Int], cache_lens: List[Int],
-    pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False,
+    pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False, wcopies: Int = 1,
 ) raises:
+    """Runs the op once on the GPU, checks it against the CPU path (check), then times `iters`
+    calls. wcopies > 1: the timed calls rotate over that many copies of the weight, so that a
+    weight smaller than L2 is still read from HBM (as in a model, where every layer has its own).
+    """
     comptime N = H * D
     comptime PAGE_ELEMS = 2 * L * PAGE * N
     comptime Blocks = _MutableInputTensor[
@@ -119,7 +123,7 @@ def run_case[
 
     # ---- device copies
     var d_x = ctx.enqueue_create_buffer[FP8](max(T * K, 1))
-    var d_w = ctx.enqueue_create_buffer[FP8](N * K)
+    var d_w = ctx.enqueue_create_buffer[FP8](wcopies * N * K)
     var d_as = ctx.enqueue_create_buffer[F32](kb * ts)
     var d_ws = ctx.enqueue_create_buffer[F32](ceildiv(N, gn) * kb)
     var d_kvs = ctx.enqueue_create_buffer[F32](H)
@@ -128,7 +132,8 @@ def run_case[
     var d_lut = ctx.enqueue_create_buffer[DType.uint32](max(B, 1) * lut_cols)
     var d_arena = ctx.enqueue_create_buffer[cache_dtype](arena_len)
     ctx.enqueue_copy(d_x, h_x)
-    ctx.enqueue_copy(d_w, h_w)
+    for cp in range(wcopies):
+        ctx.enqueue_copy(d_w.create_sub_buffer[FP8](cp * N * K, N * K), h_w)
     ctx.enqueue_copy(d_as, h_as)
     ctx.enqueue_copy(d_ws, h_ws)
     ctx.enqueue_copy(d_kvs, h_kvs)
@@ -139,15 +144,19 @@ def run_case[
     ctx.synchronize()
 
     var nkv = H if per_head_scale else 1
+    var calls = unsafe_alloc[Int](1)  # which weight copy the next call reads (copy 0 first)
+    calls[] = 0
 
     @always_inline
     def run_gpu() raises {var d_x, var d_w, var d_as, var d_ws, var d_kvs, var d_off, var d_cl, var d_lut,
                           var d_arena, var h_ps, var h_mp, var h_mc, var T, var K, var kb, var ts, var B,
-                          var lut_cols, var nkv, var layer, var ctx}:
+                          var lut_cols, var nkv, var layer, var ctx, var calls, var wcopies}:
+        var w_ptr = d_w.unsafe_ptr().unsafe_offset((calls[] % wcopies) * N * K)
+        calls[] += 1
         kv_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu"](
             In2[FP8](d_x.unsafe_ptr(), IndexList[2](T, K)),
             In1[DType.uint32](d_off.unsafe_ptr(), IndexList[1](B + 1)),
-            In2[FP8](d_w.unsafe_ptr(), IndexList[2](N, K)),
+            In2[FP8](w_ptr, IndexList[2](N, K)),
             In2[F32](d_as.unsafe_ptr(), IndexList[2](kb, ts)),
             In2[F32](d_ws.unsafe_ptr(), IndexList[2](ceildiv(N, gn), kb)),
             In1[F32](d_kvs.unsafe_ptr(), IndexList[1](nkv)),
@@ -364,6 +373,12 @@ def main() raises:
         ctx, "swap-AB T=31 fp8 per-head gn=64", 2048, [16, 1, 14], [3, 250, 0], 0, True, True, 0)
     run_case[DType.bfloat16, 67, 96, 1, 128, 16, 1, 128, 128](
         ctx, "swap-AB T=64 D=96 N tail K tail", 1088, [30, 34], [100, 0], 0, False, True, 0)
+    # swap-AB scale paths: weight scales per 32 rows (not folded into the token scales), token
+    # groups of 4 with gk = 256 (two 128-wide blocks per scale), rotated walks at tn = 64 / 32
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 32, 128](
+        ctx, "swap-AB T=40 gn=32 (row scales)", 2304, [17, 23], [5, 130], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 52, 128, 1, 128, 16, 4, 128, 256](
+        ctx, "swap-AB T=22 gm=4 gk=256 fp8", 1920, [9, 13], [0, 127], 0, True, True, 0)
     run_case[DType.float8_e4m3fn, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "swap-AB T=1 fp8 per-tensor", 4096, rep(1, 1), rep(1, 129), 0, False, True, 0)
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
