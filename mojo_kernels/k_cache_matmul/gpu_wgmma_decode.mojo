@@ -143,7 +143,8 @@ def decode_config(t: Int) -> DecodeConfig:
     var stages = DECODE_STAGES
     # K per stage, measured at N = 8192, K = 8192 (benchmarks/NOTES.md): 256 for tn <= 16, 512
     # up to 64 tokens; 128 at tn = 128, whose accumulators leave room for few stages
-    # (session 8, accumulators over the drained ring: 384 and 256 at tn = 64 still slower)
+    # (sessions 8 and 9, also after the accumulators moved over the drained ring and after the
+    # scale fix: 384 and 256 at tn = 64 are 2-10 % slower)
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
     var rotate = tn >= ROTATE_MIN_TN
     while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate).smem_bytes() > SMEM_BUDGET:
