@@ -49,10 +49,14 @@ def run_case[
 ](
     ctx: DeviceContext, name: String, K: Int, lengths: List[Int], cache_lens: List[Int],
     pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False, wcopies: Int = 1,
+    repeats: Int = 0,
 ) raises:
     """Runs the op once on the GPU, checks it against the CPU path (check), then times `iters`
     calls. wcopies > 1: the timed calls rotate over that many copies of the weight, so that a
     weight smaller than L2 is still read from HBM (as in a model, where every layer has its own).
+    repeats > 0: runs the op that many more times on a freshly poisoned cache and requires every
+    run to be bit-identical to the first (the kernels are deterministic, so a difference is a
+    race: e.g. a consumer passing an mbarrier phase early).
     """
     comptime N = H * D
     comptime PAGE_ELEMS = 2 * L * PAGE * N
@@ -225,6 +229,30 @@ def run_case[
               "PASS" if one_sided == 0 and rel < 1e-2 and written <= expect and (written > expect * 9 // 10 or expect == 0 or bad_lut) else "FAIL")
         g_arena.unsafe_free()
 
+    if repeats > 0:
+        var first = unsafe_alloc[Scalar[cache_dtype]](arena_len)
+        var again = unsafe_alloc[Scalar[cache_dtype]](arena_len)
+        ctx.enqueue_copy(first, d_arena)
+        ctx.synchronize()
+        var differing_runs = 0
+        for _ in range(repeats):
+            for i in range(arena_len):
+                again[unsafe_offset=i] = poison
+            ctx.enqueue_copy(d_arena, again)
+            run_gpu()
+            ctx.enqueue_copy(again, d_arena)
+            ctx.synchronize()
+            var differing = 0
+            for i in range(arena_len):
+                if bits[cache_dtype](again[unsafe_offset=i]) != bits[cache_dtype](first[unsafe_offset=i]):
+                    differing += 1
+            if differing > 0:
+                differing_runs += 1
+        print("   repeats", repeats, " runs differing from the first:", differing_runs,
+              "PASS" if differing_runs == 0 else "FAIL")
+        first.unsafe_free()
+        again.unsafe_free()
+
     if iters > 0:
         for _ in range(3):
             run_gpu()
@@ -383,6 +411,9 @@ def main() raises:
         ctx, "swap-AB T=1 fp8 per-tensor", 4096, rep(1, 1), rep(1, 129), 0, False, True, 0)
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "N=8192 T=100", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
+    # the 3-stage ring two consumers share (tn = 64): 30 more runs must be bit-identical
+    run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
+        ctx, "swap-AB T=64 K=8192 repeats", 8192, rep(4, 16), rep(4, 300), 0, False, True, 0, False, 1, 30)
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "bad lut (swap-AB)", 1024, [10, 5], [0, 0], 0, False, True, 0, True)
     # the V twin: same kernels, V half
