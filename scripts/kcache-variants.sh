@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the K-cache decode benchmark of several commits side by side (one bundle-bin call),
+# plus the GPU harness of the first commit, and writes .gpu-bin/script.sh, which runs the
+# harness, then every variant twice in turn, printing one line per shape (device-event us).
+#   scripts/kcache-variants.sh main s10-experiments~1 s10-experiments
+#   run carry=[".gpu-bin"]: bash .gpu-bin/script.sh
+# Variant trees go to /tmp/kcv_<short hash>; binaries to .gpu-bin/kcd_<short hash>.
+set -euo pipefail
+top=$(git rev-parse --show-toplevel)
+cd "$top"
+rm -rf .gpu-bin
+names=()
+for c in "$@"; do
+  short=$(git rev-parse --short "$c")
+  d=/tmp/kcv_$short
+  rm -rf "$d" && mkdir -p "$d"
+  git archive "$c" | tar -x -C "$d"
+  cp "$d/benchmarks/mojo/k_cache_decode_bench.mojo" "$d/benchmarks/mojo/kcd_$short.mojo"
+  ../shared/gpu/bundle-bin -I "$d" -I "$d/tests/mojo" "$d/benchmarks/mojo/kcd_$short.mojo"
+  names+=("$short")
+done
+first=/tmp/kcv_${names[0]}
+../shared/gpu/bundle-bin -I "$first" -I "$first/tests/mojo" "$first/tests/mojo/k_cache_gpu_harness.mojo"
+cat > .gpu-bin/script.sh <<SH
+#!/usr/bin/env bash
+cd "\$(dirname "\$0")" && export LD_LIBRARY_PATH=\$PWD/lib
+timeout 240 ./k_cache_gpu_harness > \$OUT/harness.log 2>&1
+echo "harness (${names[0]}) rc=\$? PASS=\$(grep -c PASS \$OUT/harness.log) FAIL=\$(grep -c FAIL \$OUT/harness.log)"
+for round in 1 2; do
+  for v in ${names[*]}; do
+    echo "## \$v (\$round)"
+    timeout 100 ./kcd_\$v > \$OUT/kcd_\${v}_\$round.log 2>&1 || echo "rc=\$?"
+    python3 - \$OUT/kcd_\${v}_\$round.log <<'PY'
+import re, sys
+name = plan = None
+for line in open(sys.argv[1]):
+    if line.startswith('=='):
+        name = line.split(':')[0][3:].strip()
+    elif 'plan:' in line:
+        plan = line.split('plan:')[1].strip()
+    elif 'device events' in line:
+        us = float(re.search(r'([\d.]+) us \(device events', line).group(1))
+        print(f"{name:24s} {us:8.2f}  {plan}")
+PY
+  done
+done
+SH
+echo "wrote .gpu-bin/script.sh for: ${names[*]}"
