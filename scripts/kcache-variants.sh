@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the K-cache decode benchmark of several commits side by side (one bundle-bin call),
-# plus the GPU harness of the first commit, and writes .gpu-bin/script.sh, which runs the
-# harness, then every variant twice in turn, printing one line per shape (device-event us).
+# plus the GPU harness of one commit (HARNESS=<commit>, default the last one: it checks that
+# commit's kernels with its own cases), and writes .gpu-bin/script.sh, which runs the harness,
+# then every variant twice in turn, printing one line per shape (device-event us).
 #   scripts/kcache-variants.sh main s10-experiments~1 s10-experiments
 #   run carry=[".gpu-bin"]: bash .gpu-bin/script.sh
 # Variant trees go to /tmp/kcv_<short hash>; binaries to .gpu-bin/kcd_<short hash>.
@@ -19,13 +20,15 @@ for c in "$@"; do
   ../shared/gpu/bundle-bin -I "$d" -I "$d/tests/mojo" "$d/benchmarks/mojo/kcd_$short.mojo"
   names+=("$short")
 done
-first=/tmp/kcv_${names[0]}
-../shared/gpu/bundle-bin -I "$first" -I "$first/tests/mojo" "$first/tests/mojo/k_cache_gpu_harness.mojo"
+hshort=$(git rev-parse --short "${HARNESS:-${!#}}")
+h=/tmp/kcv_$hshort
+if [ ! -d "$h" ]; then mkdir -p "$h" && git archive "$hshort" | tar -x -C "$h"; fi
+../shared/gpu/bundle-bin -I "$h" -I "$h/tests/mojo" "$h/tests/mojo/k_cache_gpu_harness.mojo"
 cat > .gpu-bin/script.sh <<SH
 #!/usr/bin/env bash
 cd "\$(dirname "\$0")" && export LD_LIBRARY_PATH=\$PWD/lib
 timeout 240 ./k_cache_gpu_harness > \$OUT/harness.log 2>&1
-echo "harness (${names[0]}) rc=\$? PASS=\$(grep -c PASS \$OUT/harness.log) FAIL=\$(grep -c FAIL \$OUT/harness.log)"
+echo "harness ($hshort) rc=\$? PASS=\$(grep -c PASS \$OUT/harness.log) FAIL=\$(grep -c FAIL \$OUT/harness.log)"
 for round in 1 2; do
   for v in ${names[*]}; do
     echo "## \$v (\$round)"
