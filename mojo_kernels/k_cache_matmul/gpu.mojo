@@ -30,7 +30,7 @@ the paged cache.
 
 from std.math import ceildiv
 from std.memory import stack_allocation
-from max.gpu import barrier, block_idx, grid_dim, thread_idx
+from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.compute.mma import mma
 from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
@@ -46,6 +46,8 @@ from .layout import (
     is_fp8_cache,
     store_cast,
     token_slot,
+    walk_start,
+    walk_step,
 )
 
 comptime F32 = DType.float32
@@ -154,15 +156,13 @@ def _mma_splitk_kernel[
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
     var n_kb = ceildiv(K, gk)
-    var rot = (block_idx.x * n_kb) // grid_dim.x if rotate else 0
+    var rot = walk_start(n_kb) if rotate else 0
     for kb0 in range(warp * U, n_kb, WARPS * U):
         var a_lo = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
         var a_hi = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
         var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
         comptime for u in range(U):
-            var kbp = kb0 + u + rot  # the scale block of step kb0 + u of this CTA's walk
-            if kbp >= n_kb:
-                kbp -= n_kb
+            var kbp = walk_step(kb0 + u, rot, n_kb)  # the scale block of step kb0 + u of the walk
             comptime for c in range(CH):
                 var kc = kbp * gk + c * 64 + tig * 16
                 if kb0 + u < n_kb and kc < K:
@@ -183,9 +183,7 @@ def _mma_splitk_kernel[
                                 width=16, alignment=16
                             ](0)
         comptime for u in range(U):
-            var kb = kb0 + u + rot
-            if kb >= n_kb:
-                kb -= n_kb
+            var kb = walk_step(kb0 + u, rot, n_kb)
             if kb0 + u < n_kb:
                 var tmp = Array[SIMD[F32, 4], MT * NB](fill=0)
                 comptime for c in range(CH):

@@ -35,7 +35,7 @@ from std.memory import stack_allocation
 from std.sys import size_of
 from std.utils.index import Index
 from std.utils.static_tuple import StaticTuple
-from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
 from max.gpu.primitives.warp import shuffle_idx
 from max.gpu.sync import named_barrier
 from max.gpu.host import DeviceContext, FuncAttribute
@@ -55,6 +55,8 @@ from .layout import (
     is_fp8_cache,
     store_cast,
     token_slot,
+    walk_start,
+    walk_step,
 )
 
 comptime F32 = DType.float32
@@ -183,14 +185,6 @@ def _row_scales[gn: Int, gk: Int](w_scale: F32Ptr, shape: KCacheShape, blk: Int,
     return sw
 
 
-@always_inline
-def _k_tile(kt: Int, rot: Int, num_k_tiles: Int) -> Int:
-    """The K tile that step kt of a CTA's walk reads: (kt + rot) mod num_k_tiles, kt, rot <
-    num_k_tiles."""
-    var kp = kt + rot
-    return kp - num_k_tiles if kp >= num_k_tiles else kp
-
-
 @__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
 @__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
 @__llvm_metadata(
@@ -247,7 +241,7 @@ def _wgmma_decode_kernel[
     var t0 = block_idx.y * TN
     var wg = tid // 128
     # step kt of this CTA's K walk reads K tile (kt + rot) % num_k_tiles
-    var rot = (block_idx.x * num_k_tiles) // grid_dim.x if cfg.rotate else 0
+    var rot = walk_start(num_k_tiles) if cfg.rotate else 0
 
     if wg == 0:
         warpgroup_reg_dealloc[40]()
@@ -258,7 +252,7 @@ def _wgmma_decode_kernel[
                     empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
                 if tid == 0:
                     full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
-                    var kp = _k_tile(kt, rot, num_k_tiles)
+                    var kp = walk_step(kt, rot, num_k_tiles)
                     comptime for j in range(KS):
                         var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
                         var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
@@ -311,7 +305,7 @@ def _wgmma_decode_kernel[
     comptime FOLD = gn % ROWS == 0
     var sa_buf = Array[SIMD[F32, V], KS](uninitialized=True)
     var sw_buf = Array[SIMD[F32, 2], KS](fill=SIMD[F32, 2](1))
-    var kp0 = _k_tile(c, rot, num_k_tiles)
+    var kp0 = walk_step(c, rot, num_k_tiles)
     comptime for j in range(KS):
         sa_buf[j] = _lane_token_scales[gm, gn, gk, TN, V](in_scale, w_scale, shape, kp0 * KS + j, t0, n0, lane)
         comptime if not FOLD:
@@ -326,7 +320,7 @@ def _wgmma_decode_kernel[
         var kt = own if mine else last_own
         var s = kt % STAGES
         # the K tile of round it + 1, whose scales replace this round's (clamped)
-        var k_ahead = _k_tile(min(own + cfg.consumers, num_k_tiles - 1), rot, num_k_tiles)
+        var k_ahead = walk_step(min(own + cfg.consumers, num_k_tiles - 1), rot, num_k_tiles)
         var zero = Float32(1) if mine else Float32(0)
         comptime if STAGES % cfg.consumers != 0:
             # the stage's previous tile belongs to the other consumer: an mbarrier parity

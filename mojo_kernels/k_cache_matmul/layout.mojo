@@ -16,6 +16,7 @@ pages·page_stride elements behind kv_blocks, which MAX's allocator provides.
 """
 
 from std.math import ceildiv
+from max.gpu import block_idx, grid_dim
 from std.builtin.device_passable import DevicePassable, DeviceTypeEncoder
 from std.utils.index import IndexList
 
@@ -201,3 +202,19 @@ def store_cast[cache_dtype: DType, width: Int](v: SIMD[DType.float32, width]) ->
 def is_fp8_cache[cache_dtype: DType]() -> Bool:
     """Whether the cache stores float8_e4m3fn values (k / kv_scale is stored)."""
     return cache_dtype == DType.float8_e4m3fn
+
+
+@always_inline
+def walk_start(steps: Int) -> Int:
+    """Where this CTA starts a rotated walk over `steps` K steps: CTA i of the G along x at
+    step i * steps / G, so that the CTAs of a wave do not all read the same token rows at the
+    same time (the kernels' " rot" configs)."""
+    return (block_idx.x * steps) // grid_dim.x
+
+
+@always_inline
+def walk_step(step: Int, start: Int, steps: Int) -> Int:
+    """The K step that step `step` of a walk starting at `start` reads: (step + start) mod
+    steps, for step, start < steps."""
+    var k = step + start
+    return k - steps if k >= steps else k
