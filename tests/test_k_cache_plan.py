@@ -21,7 +21,7 @@ CASES = [
     (1, 4096, "mma.sync MT=1 NB=2 U=2 late"),
     (16, 6336, "mma.sync MT=1 NB=2 U=2 late"),  # 99 CTAs of 64 rows: below DECODE_MIN_CTAS
     # 16 < T <= 128: 32 x 16 CTAs, 64 x 32 from N = LARGE_N
-    (64, 1024, "mma.sync MT=2 NB=2 U=2 rot"),
+    (64, 1024, "wgmma swap-AB 64x64 s=3 c=2 k=512 P=4"),
     (64, 4096, "mma.sync MT=4 NB=4 U=1"),
     (128, 4096, "mma.sync MT=4 NB=4 U=1"),
     # T <= 128 and ceil(N / 64) >= DECODE_MIN_CTAS = 100: swap-AB wgmma, the smallest token tile

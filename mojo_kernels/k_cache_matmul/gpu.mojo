@@ -37,7 +37,7 @@ from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
-from .gpu_wgmma_decode import MAX_TOKENS, ROWS, decode_config, launch_wgmma_decode
+from .gpu_wgmma_decode import MAX_TOKENS, ROWS, SPLIT_MAX, decode_config, decode_split_config, launch_wgmma_decode
 from .layout import (
     F32Ptr,
     Fp8Ptr,
@@ -357,6 +357,11 @@ comptime PLAN_MMA_PREFILL = 7
 comptime PLAN_SIMT = 8
 comptime PLAN_WGMMA_DECODE = 9
 """The swap-AB decode kernel (gpu_wgmma_decode.mojo)."""
+comptime PLAN_WGMMA_DECODE_SPLIT = 10
+"""The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (experiment)."""
+comptime SPLIT_MAX_CTAS = 120
+"""Most CTAs the split decode launches: clusters of 4 fit one wave up to 120 CTAs on the H200
+(int4 notes, session 8)."""
 comptime DECODE_MIN_CTAS = 100
 """The swap-AB decode kernel (one CTA per 64 weight rows) from this many CTAs on (N >= 6337):
 with fewer, too many SMs would sit idle and the mma.sync kernel's smaller CTAs spread better."""
@@ -380,6 +385,9 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
             return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
         if T <= MAX_TOKENS and ceildiv(Int(shape.N), ROWS) >= DECODE_MIN_CTAS and wgmma_path_supported[gk](shape):
             return PLAN_WGMMA_DECODE
+        if (16 < T and T <= 64 and ceildiv(Int(shape.N), ROWS) * SPLIT_MAX <= SPLIT_MAX_CTAS
+                and wgmma_path_supported[gk](shape)):
+            return PLAN_WGMMA_DECODE_SPLIT
     comptime if gk % 64 == 0:
         if mma_path_supported[gk](shape):
             var large_n = Int(shape.N) >= LARGE_N
@@ -404,6 +412,8 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Stri
         return String(SMALL)
     if plan == PLAN_WGMMA_DECODE:
         return String(decode_config(Int(shape.T)))
+    if plan == PLAN_WGMMA_DECODE_SPLIT:
+        return String(decode_split_config(Int(shape.T), SPLIT_MAX))
     if plan == PLAN_MMA_DECODE:
         return String(MMA_DECODE)
     if plan == PLAN_MMA_DECODE_LARGE_N:
@@ -460,6 +470,15 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
             var tn = decode_config(Int(shape.T)).tn
             comptime for i in range(5):
                 comptime cfg = decode_config(8 << i)
+                if tn == cfg.tn:
+                    launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,
+                        shape, ctx)
+                    return
+        if plan == PLAN_WGMMA_DECODE_SPLIT:
+            var tn = decode_config(Int(shape.T)).tn
+            comptime for i in range(2):
+                comptime cfg = decode_split_config(32 << i, SPLIT_MAX)
                 if tn == cfg.tn:
                     launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
                         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,

@@ -38,7 +38,8 @@ from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
 from max.gpu.primitives.warp import shuffle_idx
 from max.gpu.sync import named_barrier
-from max.gpu.host import DeviceContext, FuncAttribute
+from max.gpu.host import DeviceContext, Dim, FuncAttribute
+from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
 from max.gpu.memory import AddressSpace, external_memory
 from layout import Coord, TileTensor, row_major
@@ -86,6 +87,9 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
     var rotate: Bool
     """Each CTA walks K from its own starting tile (CTA i of G at tile i * tiles / G), so that
     the CTAs do not all read the same token tile at the same time."""
+    var split: Int
+    """CTAs of a (split, 1, 1) cluster sharing one 64-row block, each on its own K part, their
+    sums added through distributed shared memory (1: no cluster)."""
 
     def write_to(self, mut writer: Some[Writer]):
         """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA), then
@@ -95,6 +99,8 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
             writer.write(" k=", self.ksub * BK)
         if self.rotate:
             writer.write(" rot")
+        if self.split > 1:
+            writer.write(" P=", self.split)
 
     def threads(self) -> Int:
         return 128 * (1 + self.consumers)
@@ -149,9 +155,21 @@ def decode_config(t: Int) -> DecodeConfig:
     # scale fix: 384 and 256 at tn = 64 are 2-10 % slower)
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
     var rotate = tn >= ROTATE_MIN_TN
-    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate).smem_bytes() > SMEM_BUDGET:
+    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1).smem_bytes() > SMEM_BUDGET:
         stages -= 1
-    return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate)
+    return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1)
+
+
+comptime SPLIT_MAX = 4
+"""Most CTAs per cluster of the split decode (clusters of up to 4 fit one wave of 120 CTAs on
+the H200, int4 notes)."""
+
+
+def decode_split_config(t: Int, split: Int) -> DecodeConfig:
+    """`decode_config(t)` with its K split over a (split, 1, 1) cluster (no rotated walks: each
+    CTA walks its own K part)."""
+    var cfg = decode_config(t)
+    return DecodeConfig(cfg.tn, cfg.stages, cfg.consumers, cfg.ksub, False, split)
 
 
 @always_inline
@@ -234,10 +252,16 @@ def _wgmma_decode_kernel[
             empty[unsafe_offset=s].init(1)  # the one consumer that took the stage
     barrier()
 
+    comptime P = cfg.split
+    comptime assert P >= 1 and P <= SPLIT_MAX, "split: 1 to SPLIT_MAX CTAs per cluster"
     var K = Int(shape.K)
     var N = Int(shape.N)
-    var num_k_tiles = ceildiv(K, BK * KS)
-    var n0 = block_idx.x * ROWS
+    var ks = block_idx.x % P  # rank in the cluster: this CTA's K part
+    var n0 = (block_idx.x // P) * ROWS
+    var all_k_tiles = ceildiv(K, BK * KS)
+    var part = ceildiv(all_k_tiles, P)
+    var k_lo = ks * part  # this CTA's first K tile; it walks num_k_tiles of them (maybe none)
+    var num_k_tiles = max(0, min(part, all_k_tiles - k_lo))
     var t0 = block_idx.y * TN
     var wg = tid // 128
     # step kt of this CTA's K walk reads K tile (kt + rot) % num_k_tiles
@@ -252,7 +276,7 @@ def _wgmma_decode_kernel[
                     empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
                 if tid == 0:
                     full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
-                    var kp = walk_step(kt, rot, num_k_tiles)
+                    var kp = k_lo + walk_step(kt, rot, num_k_tiles)
                     comptime for j in range(KS):
                         var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
                         var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
@@ -266,6 +290,9 @@ def _wgmma_decode_kernel[
                 rows[unsafe_offset=2 * tl] = Int32(slot[0])
                 rows[unsafe_offset=2 * tl + 1] = Int32(slot[1])
         barrier()  # the consumers' accumulators are in shared memory; they store them
+        comptime if P > 1:
+            cluster_sync()  # the consumers' sums are final in every CTA of the cluster
+            cluster_sync()  # peers' shared memory must outlive every remote read
         return
 
     warpgroup_reg_alloc[cfg.consumer_regs()]()
@@ -306,6 +333,10 @@ def _wgmma_decode_kernel[
     var sa_buf = Array[SIMD[F32, V], KS](uninitialized=True)
     var sw_buf = Array[SIMD[F32, 2], KS](fill=SIMD[F32, 2](1))
     var kp0 = walk_step(c, rot, num_k_tiles)
+    comptime if P > 1:
+        # a rank of a split cluster may walk one K tile or none: clamp (the scale loads clamp
+        # the block themselves)
+        kp0 = k_lo + walk_step(min(c, max(num_k_tiles - 1, 0)), rot, max(num_k_tiles, 1))
     comptime for j in range(KS):
         sa_buf[j] = _lane_token_scales[gm, gn, gk, TN, V](in_scale, w_scale, shape, kp0 * KS + j, t0, n0, lane)
         comptime if not FOLD:
@@ -320,7 +351,7 @@ def _wgmma_decode_kernel[
         var kt = own if mine else last_own
         var s = kt % STAGES
         # the K tile of round it + 1, whose scales replace this round's (clamped)
-        var k_ahead = walk_step(min(own + cfg.consumers, num_k_tiles - 1), rot, num_k_tiles)
+        var k_ahead = k_lo + walk_step(min(own + cfg.consumers, num_k_tiles - 1), rot, num_k_tiles)
         var zero = Float32(1) if mine else Float32(0)
         comptime if STAGES % cfg.consumers != 0:
             # the stage's previous tile belongs to the other consumer: an mbarrier parity
@@ -371,7 +402,22 @@ def _wgmma_decode_kernel[
 
     comptime VEC = 16 // size_of[cache_t.dtype]()
     comptime CHUNKS = ROWS // VEC
-    for e in range(ctid, TN * CHUNKS, 128 * cfg.consumers):
+    comptime CT = 128 * cfg.consumers  # consumer threads
+    comptime if P > 1:
+        # each CTA adds its consumers' sums into set 0; once every CTA of the cluster has, CTA
+        # ks stores the chunks e = ks, ks + P, ... adding the P CTAs' sums through
+        # distributed shared memory
+        for e in range(ctid, TN * ROWS // 4, CT):
+            var off = (e // (ROWS // 4)) * OUT_STRIDE + (e % (ROWS // 4)) * 4
+            var v4 = out_sh.unsafe_offset(off).unsafe_load[width=4, alignment=16]()
+            comptime for cc in range(1, cfg.consumers):
+                v4 += out_sh.unsafe_offset(cc * TN * OUT_STRIDE + off).unsafe_load[width=4, alignment=16]()
+            out_sh.unsafe_offset(off).unsafe_store[alignment=16](v4)
+        cluster_sync()
+    for e_p in range(ctid, ceildiv(TN * CHUNKS, P), CT):
+        var e = e_p * P + ks
+        if e >= TN * CHUNKS:
+            continue
         var tl = e // CHUNKS
         var b = Int(rows[unsafe_offset=2 * tl])
         if b < 0:
@@ -380,9 +426,18 @@ def _wgmma_decode_kernel[
         var n = n0 + nl
         if n >= N:
             continue
-        var v = out_sh.unsafe_offset(tl * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
-        comptime for cc in range(1, cfg.consumers):
-            v += out_sh.unsafe_offset((cc * TN + tl) * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
+        var v = SIMD[F32, VEC](0)
+        comptime if P > 1:
+            comptime for g in range(VEC // 4):
+                var part = SIMD[F32, 4](0)
+                comptime for r in range(P):
+                    part += load_cluster_smem[F32, 4](out_sh.unsafe_offset(tl * OUT_STRIDE + nl + 4 * g), UInt32(r))
+                comptime for i in range(4):
+                    v[4 * g + i] = part[i]
+        else:
+            v = out_sh.unsafe_offset(tl * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
+            comptime for cc in range(1, cfg.consumers):
+                v += out_sh.unsafe_offset((cc * TN + tl) * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
         comptime if is_fp8_cache[cache_t.dtype]():
             if Int(shape.n_kv_scale) > 1:
                 comptime for i in range(VEC):
@@ -397,6 +452,8 @@ def _wgmma_decode_kernel[
             comptime for i in range(VEC):
                 if n + i < N:
                     dst[unsafe_offset=i] = out[i]
+    comptime if P > 1:
+        cluster_sync()  # peers' shared memory must outlive every remote read
 
 
 def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: DecodeConfig](
@@ -412,8 +469,9 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    """Builds the two TMA descriptors (host side, no allocation) and launches ceil(N / 64) x
-    ceil(T / tn) CTAs of shape `cfg` (from `decode_config`)."""
+    """Builds the two TMA descriptors (host side, no allocation) and launches ceil(N / 64)
+    · cfg.split x ceil(T / tn) CTAs of shape `cfg` (from `decode_config` or
+    `decode_split_config`), in (cfg.split, 1, 1) clusters when cfg.split > 1."""
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)
@@ -429,10 +487,21 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]
-    ctx.enqueue_function[kernel](
-        w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
-        grid_dim=(ceildiv(N, ROWS), ceildiv(T, cfg.tn)),
-        block_dim=cfg.threads(),
-        shared_mem_bytes=SMEM,
-        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
-    )
+    var grid = (ceildiv(N, ROWS) * cfg.split, ceildiv(T, cfg.tn))
+    comptime if cfg.split > 1:
+        ctx.enqueue_function[kernel](
+            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+            grid_dim=grid,
+            block_dim=cfg.threads(),
+            shared_mem_bytes=SMEM,
+            cluster_dim=Dim(cfg.split, 1, 1),
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+        )
+    else:
+        ctx.enqueue_function[kernel](
+            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+            grid_dim=grid,
+            block_dim=cfg.threads(),
+            shared_mem_bytes=SMEM,
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+        )

@@ -411,6 +411,16 @@ def main() raises:
         ctx, "swap-AB T=1 fp8 per-tensor", 4096, rep(1, 1), rep(1, 129), 0, False, True, 0)
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "N=8192 T=100", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
+    # K split over clusters of 4 (small N, 16 < T <= 64): a rank without a K tile (K = 1088:
+    # 3 tiles of 512), fp8 per-head with gn = 64, token groups of 4 with gk = 256
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "split decode T=64 K=8192", 8192, rep(4, 16), rep(4, 300), 0, False, True, 0, False, 1, 10)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 48, 1, 128, 128](
+        ctx, "split decode T=40 K=1088", 1088, [17, 23], [5, 130], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 7, 128, 1, 128, 40, 1, 64, 128](
+        ctx, "split decode T=20 fp8 per-head gn=64", 2048, [3, 0, 17], [0, 9, 250], 0, True, True, 0)
+    run_case[DType.bfloat16, 4, 128, 1, 128, 16, 4, 128, 256](
+        ctx, "split decode T=33 gm=4 gk=256", 2048, [33], [127], 0, False, True, 0)
     # the 3-stage ring two consumers share (tn = 64): 30 more runs must be bit-identical
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](
         ctx, "swap-AB T=64 K=8192 repeats", 8192, rep(4, 16), rep(4, 300), 0, False, True, 0, False, 1, 30)
