@@ -20,15 +20,24 @@ for c in "$@"; do
   ../shared/gpu/bundle-bin -I "$d" -I "$d/tests/mojo" "$d/benchmarks/mojo/kcd_$short.mojo"
   names+=("$short")
 done
-hshort=$(git rev-parse --short "${HARNESS:-${!#}}")
-h=/tmp/kcv_$hshort
-if [ ! -d "$h" ]; then mkdir -p "$h" && git archive "$hshort" | tar -x -C "$h"; fi
-../shared/gpu/bundle-bin -I "$h" -I "$h/tests/mojo" "$h/tests/mojo/k_cache_gpu_harness.mojo"
+# HARNESS may name several commits (space separated): each harness binary is kept under its
+# own name (kch_<short hash>) and run in turn.
+hnames=()
+for hc in ${HARNESS:-${!#}}; do
+  hshort=$(git rev-parse --short "$hc")
+  h=/tmp/kcv_$hshort
+  if [ ! -d "$h" ]; then mkdir -p "$h" && git archive "$hshort" | tar -x -C "$h"; fi
+  cp "$h/tests/mojo/k_cache_gpu_harness.mojo" "$h/tests/mojo/kch_$hshort.mojo"
+  ../shared/gpu/bundle-bin -I "$h" -I "$h/tests/mojo" "$h/tests/mojo/kch_$hshort.mojo"
+  hnames+=("$hshort")
+done
 cat > .gpu-bin/script.sh <<SH
 #!/usr/bin/env bash
 cd "\$(dirname "\$0")" && export LD_LIBRARY_PATH=\$PWD/lib
-timeout 240 ./k_cache_gpu_harness > \$OUT/harness.log 2>&1
-echo "harness ($hshort) rc=\$? PASS=\$(grep -c PASS \$OUT/harness.log) FAIL=\$(grep -c FAIL \$OUT/harness.log)"
+for hv in ${hnames[*]}; do
+  timeout 240 ./kch_\$hv > \$OUT/harness_\$hv.log 2>&1
+  echo "harness (\$hv) rc=\$? PASS=\$(grep -c PASS \$OUT/harness_\$hv.log) FAIL=\$(grep -c FAIL \$OUT/harness_\$hv.log)"
+done
 for round in 1 2; do
   for v in ${names[*]}; do
     echo "## \$v (\$round)"
