@@ -256,12 +256,16 @@ def _wgmma_decode_kernel[
     comptime assert P >= 1 and P <= SPLIT_MAX, "split: 1 to SPLIT_MAX CTAs per cluster"
     var K = Int(shape.K)
     var N = Int(shape.N)
-    var ks = block_idx.x % P  # rank in the cluster: this CTA's K part
-    var n0 = (block_idx.x // P) * ROWS
-    var all_k_tiles = ceildiv(K, BK * KS)
-    var part = ceildiv(all_k_tiles, P)
-    var k_lo = ks * part  # this CTA's first K tile; it walks num_k_tiles of them (maybe none)
-    var num_k_tiles = max(0, min(part, all_k_tiles - k_lo))
+    var ks = 0  # rank in the cluster: this CTA's K part
+    var n0 = block_idx.x * ROWS
+    var k_lo = 0  # this CTA's first K tile; it walks num_k_tiles of them (maybe none)
+    var num_k_tiles = ceildiv(K, BK * KS)
+    comptime if P > 1:  # (P = 1 keeps the unsplit kernel's code as it was)
+        ks = block_idx.x % P
+        n0 = (block_idx.x // P) * ROWS
+        var part = ceildiv(num_k_tiles, P)
+        k_lo = ks * part
+        num_k_tiles = max(0, min(part, num_k_tiles - k_lo))
     var t0 = block_idx.y * TN
     var wg = tid // 128
     # step kt of this CTA's K walk reads K tile (kt + rot) % num_k_tiles
