@@ -122,7 +122,7 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
         return max(self.stages * self.ksub * (W_TILE + self.x_tile()), self.out_bytes())
 
     def smem_bytes(self) -> Int:
-        # ring (then accumulators) | resolved rows (b, pos) per token | full + empty barriers
+        # ring (then accumulators) | cache row address per token | full + empty barriers
         return self.ring_bytes() + 8 * self.tn + 16 * self.stages
 
 
@@ -241,8 +241,9 @@ def _wgmma_decode_kernel[
     var w_smem = smem
     var x_smem = smem.unsafe_offset(STAGES * W_STAGE)
     var out_sh = smem.unsafe_bitcast[Float32]()  # the accumulators, once the ring is drained
-    var rows = smem.unsafe_offset(cfg.ring_bytes()).unsafe_bitcast[Int32]()
-    var full = rows.unsafe_offset(2 * TN).unsafe_bitcast[SharedMemBarrier]()
+    # each token's cache row address (0: not written), resolved while the ring fills
+    var rows = smem.unsafe_offset(cfg.ring_bytes()).unsafe_bitcast[Int64]()
+    var full = rows.unsafe_offset(TN).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
 
     var tid = thread_idx.x
@@ -291,8 +292,12 @@ def _wgmma_decode_kernel[
             # barrier below)
             for tl in range(tid - 32, TN, 96):
                 var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + tl)
-                rows[unsafe_offset=2 * tl] = Int32(slot[0])
-                rows[unsafe_offset=2 * tl + 1] = Int32(slot[1])
+                var addr = 0
+                if slot[0] >= 0:
+                    # the lookup-table read happens here, not in the epilogue, where each
+                    # thread's stores would wait on it (0.5 us of tail at T = 64)
+                    addr = Int(k_cache.block_paged_ptr[1](slot[0], slot[1], 0, 0))
+                rows[unsafe_offset=tl] = Int64(addr)
         barrier()  # the consumers' accumulators are in shared memory; they store them
         comptime if P > 1:
             cluster_sync()  # the consumers' sums are final in every CTA of the cluster
@@ -423,8 +428,8 @@ def _wgmma_decode_kernel[
         if e >= TN * CHUNKS:
             continue
         var tl = e // CHUNKS
-        var b = Int(rows[unsafe_offset=2 * tl])
-        if b < 0:
+        var row_addr = Int(rows[unsafe_offset=tl])
+        if row_addr == 0:
             continue
         var nl = (e % CHUNKS) * VEC
         var n = n0 + nl
@@ -449,7 +454,7 @@ def _wgmma_decode_kernel[
             else:
                 v = v / kv_scale[unsafe_offset=0]
         var out = store_cast[cache_t.dtype, VEC](v)
-        var dst = k_cache.block_paged_ptr[1](b, Int(rows[unsafe_offset=2 * tl + 1]), 0, 0).unsafe_offset(n)
+        var dst = type_of(k_cache.block_paged_ptr[1](0, 0, 0, 0))(unsafe_from_address=row_addr).unsafe_offset(n)
         if n + VEC <= N and Int(dst) % 16 == 0:
             dst.unsafe_store[alignment=16](0, out)
         else:
