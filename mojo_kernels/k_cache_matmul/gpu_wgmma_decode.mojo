@@ -24,7 +24,11 @@ stage is released after its last block. From tn = 32 on, CTA i of G walks K from
 i · tiles / G ("rot"), so that the CTAs do not all read the same token tile at once.
 Epilogue: the consumers' accumulators go to shared memory (token-major), one CTA barrier, then
 16-byte stores of each token's 64-column row segment into its paged cache slot (scalar stores
-when the slot address or the N tail forbid a vector). Rows past T, skipped tokens and columns
+when the slot address or the N tail forbid a vector); the row addresses were resolved by the
+producer warpgroup's spare warps while the ring filled (lookup table read off the tail).
+Small N (`decode_split_config`, few 64-row blocks): K is split over a (P, 1, 1) cluster, each
+CTA walks its own K part, and the partial sums are added through distributed shared memory
+(each CTA stores every P-th 16-byte piece). Rows past T, skipped tokens and columns
 past N are not written. TMA zero-fills the tails of T, N and K.
 
 Requirements: those of `wgmma_path_supported` (gk % 128 == 0, K % 16 == 0, dense rows).
