@@ -11,6 +11,11 @@ launches what it picked. First match wins:
    the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
    62.4 / 119 us with the mma.sync configs of 4., 20.1 / 21.2 / 22.6 / 30.6 us with it (session
    9, 4 weight copies).
+3b. 16 < T <= 64, ceil(N / 64) * SPLIT_MAX <= SPLIT_MAX_CTAS (N <= 1920), the same operand
+   rules: the swap-AB kernel with K split over (SPLIT_MAX, 1, 1) clusters, partial sums added
+   through distributed shared memory (`decode_split_config`). H200, N = 1024, T = 64
+   (standalone, session 11): K = 8192 12.5 -> 8.8 us, K = 4096 8.0 -> 7.3 us against the
+   mma.sync MID config of 4.
 4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
@@ -358,7 +363,7 @@ comptime PLAN_SIMT = 8
 comptime PLAN_WGMMA_DECODE = 9
 """The swap-AB decode kernel (gpu_wgmma_decode.mojo)."""
 comptime PLAN_WGMMA_DECODE_SPLIT = 10
-"""The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (experiment)."""
+"""The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (rule 3b)."""
 comptime SPLIT_MAX_CTAS = 120
 """Most CTAs the split decode launches: clusters of 4 fit one wave up to 120 CTAs on the H200
 (int4 notes, session 8)."""

@@ -97,7 +97,8 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
 
     def write_to(self, mut writer: Some[Writer]):
         """The plan text: "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens per CTA), then
-        " k=KB" (K per stage) and " rot" (rotated K walks) where they apply."""
+        " k=KB" (K per stage), " rot" (rotated K walks) and " P=S" (K split over clusters of S)
+        where they apply."""
         writer.write("wgmma swap-AB ", ROWS, "x", self.tn, " s=", self.stages, " c=", self.consumers)
         if self.ksub > 1:
             writer.write(" k=", self.ksub * BK)
