@@ -6,9 +6,11 @@ The model (`mojo_gemm.models.decoder`, deterministic random weights): 2 layers, 
 8 query / 2 KV heads of 64, 8 experts top-2 (SwiGLU, intermediate 256) through the grouped GEMM,
 int4 Q/O projections, FP8 K/V projections written into MAX's paged KV cache (page 16), plain
 graph attention over the cache, vocab 1024. One graph (symbolic token count) runs the prefill
-of a ragged batch of prompts and then one token per sequence per decode step. The float64
-reference (`mojo_gemm.models.reference`) runs every step on the same input tokens as the graph
-(teacher forcing: each step compares like with like); the script prints "match" and exits 0
+of a ragged batch of prompts and then one token per sequence per decode step; on the GPU the
+decode steps replay a captured device graph (as `max serve` does), and the script ends with the
+eager and captured step times. The float64 reference (`mojo_gemm.models.reference`) runs every
+step on the same input tokens as the graph (teacher forcing: each step compares like with
+like); the script prints "match" and exits 0
 only when every step's logits are within rel. error 2e-2 and every greedy id equals the
 reference's.
 
@@ -44,6 +46,21 @@ def top2_gap(logits: np.ndarray) -> float:
     """(largest - second largest) / std of one row of logits."""
     top = np.partition(logits, -2)[-2:]
     return float((top[1] - top[0]) / logits.std())
+
+
+def print_step_times(runner: DecoderRunner, tokens: list[list[int]], steps: int = 10) -> None:
+    """Median wall time of `steps` eager decode steps (`Model.execute`) and of `steps`
+    captured ones (a replayed device graph), each including the host copies in and the read
+    of the logits and next ids, continuing the sequences past the checked steps."""
+    times: dict[str, list[float]] = {"eager": [], "captured": []}
+    for mode in ("eager", "captured"):
+        for _ in range(steps):
+            out = runner.eager_step(tokens) if mode == "eager" else runner.step(tokens)
+            times[mode].append(out.seconds)
+            tokens = [[int(i)] for i in out.next_ids]
+    eager, captured = (float(np.median(times[m])) * 1e3 for m in ("eager", "captured"))
+    print(f"decode step ({len(tokens)} sequences, median of {steps}): eager {eager:.2f} ms, "
+          f"captured {captured:.2f} ms ({eager / captured:.1f}x)")
 
 
 def main() -> None:
@@ -92,6 +109,8 @@ def main() -> None:
                 row_err = float(np.abs(got[row] - ref_logits[row]).max() / ref_logits[row].std())
                 near_ties.append(f"{name}, sequence {seq}: gap {gap:.1e}, error {row_err:.1e}")
         tokens = [[int(i)] for i in out.next_ids]
+    if args.device == "gpu":
+        print_step_times(runner, tokens)
     same_ids = generated == ref_generated
     for seq, (ids, ref_ids_seq) in enumerate(zip(generated, ref_generated, strict=True)):
         print(f"sequence {seq} (prompt {len(prompts[seq]):2d} tokens): generated {ids}"

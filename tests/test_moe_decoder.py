@@ -48,6 +48,8 @@ def check_cache(runner: DecoderRunner, ref: ReferenceDecoder, poisoned: np.ndarr
     """Cached K/V of every sequence and layer vs the reference; the rest still poisoned."""
     cache, page = runner.cache, CONFIG.page_size
     written = np.zeros(poisoned.shape, bool)
+    if cache.scratch_page is not None:  # padded rows of captured decode steps write here
+        written[cache.scratch_page] = True
     for seq, pages in enumerate(cache.pages):
         pos = np.arange(cache.lengths[seq])
         ids = np.asarray(pages, np.int64)[pos // page]
@@ -103,8 +105,42 @@ def test_moe_decoder_cpu() -> None:
 
 @pytest.mark.gpu
 def test_moe_decoder_gpu() -> None:
-    """The same steps on the GPU."""
+    """The same steps on the GPU (the decode steps replay captured graphs)."""
     run("gpu")
+
+
+@pytest.mark.gpu
+def test_captured_decode_gpu() -> None:
+    """Captured decode: after an eager prefill, decode steps with new tokens and growing caches
+    replay one captured graph per padded batch size and match the float64 reference; a step of
+    3 of the 4 sequences replays the padded bucket of 4 (its padding row writes only the
+    scratch page); the replays launch what an eager run launches (debug_verify_replay); the
+    cache outside the cached slots keeps its poison."""
+    weights = random_weights(CONFIG, seed=5)
+    rng = np.random.default_rng(6)
+    runner = DecoderRunner(weights, "gpu", num_sequences=len(PROMPTS), total_pages=TOTAL_PAGES)
+    ref = ReferenceDecoder(weights, num_sequences=len(PROMPTS))
+    poisoned = poison(runner, rng)
+    prompts = [rng.integers(0, CONFIG.vocab_size, n).tolist() for n in PROMPTS]
+    out = runner.step(prompts)
+    ref.step(prompts)
+    schedule = [None, None, None, (0, 2, 3), None, (1,)]  # None: every sequence
+    next_ids = dict(enumerate(out.next_ids))
+    for step, seqs in enumerate(schedule):
+        seqs = tuple(range(len(PROMPTS))) if seqs is None else seqs
+        where = f"captured decode {step} (sequences {seqs})"
+        tokens = [[int(next_ids[s])] for s in seqs]
+        out = runner.step(tokens, seqs)
+        ref_logits, ref_ids = ref.step(tokens, seqs)
+        err = rel_err(out.logits.astype(np.float64), ref_logits)
+        assert err <= TOL, f"{where}: logits rel. error {err:.2e} > {TOL}"
+        np.testing.assert_array_equal(out.next_ids, ref_ids, err_msg=where)
+        check_cache(runner, ref, poisoned, where)
+        next_ids.update(zip(seqs, out.next_ids, strict=True))
+    buckets = sorted(b for b, _ in runner._graphs)
+    assert buckets == [1, 4], f"captured buckets {buckets}, expected [1, 4]"
+    for graph in runner._graphs.values():
+        graph.verify()
 
 
 # ------------------------------------------------------------------------------- configuration

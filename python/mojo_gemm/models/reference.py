@@ -126,13 +126,16 @@ class ReferenceDecoder:
             out[i] = np.einsum("hgs,shd->hgd", probs, values[:visible])
         return round_to(out.reshape(n, c.q_size), DTYPE)
 
-    def step(self, tokens: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """One step (tokens[b]: sequence b's new tokens) -> (logits float64 [T, vocab] in
-        sequence order, greedy next ids int64 [B])."""
+    def step(self, tokens: Sequence[Sequence[int]],
+             sequences: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One step (tokens[b]: the new tokens of sequence `sequences[b]`, default every
+        sequence in order) -> (logits float64 [T, vocab] in the order given, greedy next ids
+        int64 [B])."""
         c = self.config
+        seqs = range(len(tokens)) if sequences is None else sequences
         hs = [self.embed[np.asarray(t, np.int64)] for t in tokens]
         for li, w in enumerate(self.layers):
-            for seq, h in enumerate(hs):
+            for seq, h in zip(seqs, hs, strict=True):
                 x = round_to(rms_norm(h, w["attn_norm"], c.rms_eps), DTYPE)
                 h += round_to(self._attention(li, seq, x) @ w["o"].T, DTYPE)
                 x = round_to(rms_norm(h, w["ffn_norm"], c.rms_eps), DTYPE)
