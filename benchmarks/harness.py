@@ -7,13 +7,20 @@
 - torch contenders: triton.testing.do_bench(warmup=25, rep=100, median), which flushes L2.
 - In-graph kernel time (diagnostic): `trace_kernel_us` / `trace_kernel_total_us`, a CUPTI
   trace of one execute.
-- Results: a JSON file per run under benchmarks/out/ and a markdown table appended to
-  benchmarks/RESULTS.md with the date, device and versions.
+- Captured time, as a MAX server sees it (it captures its decode graphs): `time_max_replay`
+  captures the same R-op graph once as a device graph and times replay + synchronize / R;
+  `torch_graph_seconds` captures the same R torch calls (distinct inputs, rotated weight
+  copies) in one `torch.cuda.CUDAGraph` and times its replay the same way. The headline ratios
+  compare these two. `try_us` wraps either so that a failure records None, never loses a row.
+- Results: a JSON file per run under benchmarks/out/ (timestamped, git-ignored), the latest
+  one also at benchmarks/results/<name>.json, and the markdown table in benchmarks/RESULTS.md,
+  whose section of that benchmark is replaced (only the latest run of each is kept).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import platform
 import statistics
@@ -31,7 +38,13 @@ H200_BF16_FLOPS = 728e12
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out"
+LATEST_DIR = BENCH_DIR / "results"
 RESULTS_MD = BENCH_DIR / "RESULTS.md"
+REPLAY_REPS = 7
+"""Timed replays per captured graph (after warm-up): the median of these is reported."""
+_GRAPH_KEYS = itertools.count(1 << 20)
+"""Device-graph keys of `time_max_replay`: a fresh one per capture, so no two captures of a
+model (or of two models) in this process share a key."""
 
 
 def weight_copies(weight_bytes: float) -> int:
@@ -121,6 +134,82 @@ def trace_kernel_total_us(model: Any, args: Sequence[Any], synchronize: Callable
     return sum(spans) if spans else None
 
 
+def time_max_replay(model: Any, args: Sequence[Any], copies: int, device: Any) -> float:
+    """Seconds per op of `model` (a compiled MAX model applying the op `copies` times) captured
+    once as a device graph (`Model.capture`) and replayed: median over REPLAY_REPS runs of
+    (`model.replay` + `device.synchronize()`) after warm-up, divided by `copies`.
+
+    args: the Buffers the graph is executed with (the same shapes, dtypes and buffers as an
+    `execute`); replay reuses exactly these buffers, so the data is what a replay of a captured
+    decode step sees. Host-resident inputs (e.g. scalar lengths on the CPU) are allowed, as MAX
+    serve allows them: they are read once, at capture, which is right here because they never
+    change between replays. device: the max.driver Device the graph runs on. The captured graph
+    is released afterwards (its output handles dropped first), so timing many shapes does not
+    grow memory. Raises whatever capture or replay raises (see `try_us`).
+    """
+    key = next(_GRAPH_KEYS)
+    outputs: list[Any] = []
+    try:
+        outputs = list(model.capture(key, *args))
+        # Instantiation may finish on a background thread (MAX serve awaits it after capture):
+        # the timed replays must not include it. Private in MAX 26.7, hence the getattr.
+        await_graphs = getattr(model, "_await_device_graphs", None)
+        if await_graphs is not None:
+            await_graphs()
+
+        def once() -> None:
+            model.replay(key, *args)
+            device.synchronize()
+
+        sec = median_seconds(once, warmup=2, reps=REPLAY_REPS)
+    finally:
+        outputs.clear()  # the runtime cannot reclaim the graph's memory while these live
+        model.release_captured_graph(key)
+    return sec / copies
+
+
+def torch_graph_seconds(calls: Sequence[Callable[[], Any]]) -> float:
+    """Seconds per call of torch callables captured in ONE `torch.cuda.CUDAGraph`: median over
+    REPLAY_REPS runs of (replay + synchronize), divided by len(calls).
+
+    calls: the R calls of the MAX side's R-op graph (distinct inputs, rotated weight copies),
+    each a closure over its own tensors; their outputs are not kept. Warmed up on a side stream
+    first (cuBLAS handles, workspaces, lazy init), as torch's CUDA-graph docs require.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            for call in calls:
+                call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    torch.cuda.synchronize()
+
+    def once() -> None:
+        graph.replay()
+        torch.cuda.synchronize()
+
+    return median_seconds(once, warmup=2, reps=REPLAY_REPS) / len(calls)
+
+
+def try_us(label: str, fn: Callable[..., float], *args: Any) -> float | None:
+    """`fn(*args)` (seconds) in µs, or None when it raises: the error is printed with `label`,
+    the row is kept. For the captured timings, which a capture-unsafe op or an API change
+    breaks."""
+    try:
+        return fn(*args) * 1e6
+    except Exception as e:  # diagnostic column: never lose the row
+        print(f"{label}: no captured time ({e!r})"[:400], flush=True)
+        return None
+
+
 def torch_do_bench(fn: Callable[[], Any]) -> float:
     """Seconds per call of a torch callable: do_bench median, L2 flushed between runs."""
     import triton.testing
@@ -170,6 +259,34 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
     return "\n".join(lines)
 
 
+def replace_section(text: str, name: str, section: str) -> str:
+    """`text` (RESULTS.md) with the section of benchmark `name` replaced by `section`.
+
+    A section runs from a line starting "## <name>:" to the next line starting "## " or the
+    end. The first such section is replaced in place; any later ones (older runs) are dropped;
+    without one, `section` is appended. Every other line is kept as it is. section: markdown
+    starting with its "## <name>:" header line.
+    """
+    lines = text.splitlines(keepends=True)
+    head = f"## {name}:"
+    out: list[str] = []
+    placed = inside = False
+    for line in lines:
+        if line.startswith("## "):
+            inside = line.startswith(head)
+            if inside and not placed:
+                out.append(section if section.endswith("\n") else section + "\n")
+                out.append("\n")
+                placed = True
+        if not inside:
+            out.append(line)
+    if not placed:
+        if out and not out[-1].endswith("\n"):
+            out.append("\n")
+        out.append("\n" + section + ("" if section.endswith("\n") else "\n"))
+    return "".join(out)
+
+
 def record(
     name: str,
     rows: Sequence[dict[str, Any]],
@@ -178,19 +295,27 @@ def record(
     method: str,
     extra: dict[str, Any] | None = None,
     append_results: bool = True,
+    notes_md: str = "",
 ) -> Path:
-    """Writes benchmarks/out/<name>-<stamp>.json, prints the table, appends it to RESULTS.md."""
+    """Writes benchmarks/out/<name>-<stamp>.json (and the same JSON, overwritten, to
+    benchmarks/results/<name>.json), prints the table and, with `append_results`, replaces the
+    benchmark's section of RESULTS.md by this run's (`notes_md`: markdown after the table, in
+    the same section). Returns the timestamped JSON's path."""
     env = environment()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     path = OUT_DIR / f"{name}-{stamp}.json"
-    path.write_text(json.dumps({"env": env, "method": method, **(extra or {}), "rows": list(rows)},
-                               indent=1))
+    payload = json.dumps({"env": env, "method": method, **(extra or {}), "rows": list(rows)},
+                         indent=1)
+    path.write_text(payload)
     table = markdown_table(rows, columns)
     print(table, flush=True)
     if append_results:
-        header = (f"\n## {name}: {env['date']}\n\n- device: {env['device']}\n"
-                  f"- MAX {env['max']}, Python {env['python']}\n- method: {method}\n")
-        with RESULTS_MD.open("a") as f:
-            f.write(header + "\n" + table + "\n")
+        LATEST_DIR.mkdir(parents=True, exist_ok=True)
+        (LATEST_DIR / f"{name}.json").write_text(payload)
+        section = (f"## {name}: {env['date']}\n\n- device: {env['device']}\n"
+                   f"- MAX {env['max']}, Python {env['python']}\n- method: {method}\n\n"
+                   + table + "\n" + (f"\n{notes_md.strip()}\n" if notes_md.strip() else ""))
+        old = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Benchmark results\n"
+        RESULTS_MD.write_text(replace_section(old, name, section))
     return path
