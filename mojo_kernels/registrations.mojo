@@ -16,8 +16,8 @@ struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
     Parameters: group_size (32, 64, 128, or -1 = per-channel), has_zeros, has_bias.
     Shapes: output [M, N]; x [M, Kp]; qweight uint32 [Np/64, Kp*8]; scales [Kp/g, Np];
     zeros [Kp/g, Np] (any dummy, e.g. [1, 1], when not has_zeros); bias [1, N] (any rank-2
-    dummy when not has_bias: rank 2 so the scales can stand in without a reshape, which costs
-    ~1.5 us of MAX runtime per op). dtype (output, x, scales, zeros, bias): bfloat16 or float16.
+    dummy when not has_bias: rank 2 so the scales can stand in without a reshape, which MAX's
+    graph runtime charges as an op of its own). dtype (output, x, scales, zeros, bias): bfloat16 or float16.
     """
 
     @staticmethod

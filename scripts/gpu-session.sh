@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call after MAX is staged (../shared/gpu/README.md): every gpu test in three parallel
+# One device call on an H200 with MAX installed: every gpu test in three parallel
 # pytest processes (graph compiles dominate; timing is not measured by tests), then the named
 # parts. Logs, RESULTS.md and benchmark JSON go to $OUT (or ./gpu-session-out).
 #   scripts/gpu-session.sh tests            # gpu tests only
-#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example graph-floor int4-cost diag
+#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example
 # Run from the repository root with PYTHONPATH=/root/site:$PWD/python and MAX's bin on PATH.
 set -uo pipefail
 out=${OUT:-gpu-session-out}
@@ -37,17 +37,9 @@ for part in "$@"; do
     example)
       timeout 300 python examples/moe_decoder.py --device gpu > "$out/example_gpu.log" 2>&1
       echo "rc=$?" >> "$out/example_gpu.log"; tail -8 "$out/example_gpu.log" ;;
-    graph-floor)
-      timeout 300 python benchmarks/graph_floor.py > "$out/graph_floor.log" 2>&1
-      echo "rc=$?" >> "$out/graph_floor.log"; tail -12 "$out/graph_floor.log" ;;
-    int4-cost)
-      timeout 240 python benchmarks/int4_graph_cost.py > "$out/int4_graph_cost.log" 2>&1
-      echo "rc=$?" >> "$out/int4_graph_cost.log"; tail -6 "$out/int4_graph_cost.log" ;;
-    diag)
-      timeout 400 python scripts/decoder_diagnosis.py --device gpu > "$out/decoder_diagnosis.log" 2>&1
-      echo "rc=$?" >> "$out/decoder_diagnosis.log"; tail -8 "$out/decoder_diagnosis.log" ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
   cp benchmarks/RESULTS.md "$out/" 2>/dev/null
   cp benchmarks/out/*.json "$out/" 2>/dev/null
+  cp benchmarks/results/*.json "$out/" 2>/dev/null
 done

@@ -1,8 +1,8 @@
 """Independent 4-bit checkpoint encoders for tests (GPTQ v1/v2, AWQ, MAX's GPTQ buffer).
 
-Written only from /work/shared/reference/checkpoint-formats.md, without importing mojo_gemm,
-so that tests do not trust our own packer. Each `make_*` quantizes a random float W [N, K]
-(N = out features, K = in features), packs it in the checkpoint's format, and returns the
+Written only from the formats' published descriptions (AutoGPTQ, AutoAWQ), without importing
+mojo_gemm, so that tests do not trust our own packer. Each `make_*` quantizes a random float
+W [N, K] (N = out features, K = in features), packs it in the checkpoint's format, and returns the
 float64 reference weight `w_ref` [N, K] decoded from the checkpoint tensors with the format's
 own dequant formula.
 """

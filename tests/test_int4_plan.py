@@ -76,7 +76,7 @@ WG128K = WG.format("128x128x64", 2, 1, 4, 11, " wk=2", 228528)
 @pytest.mark.parametrize(
     ("layer", "m", "expected"),
     [
-        # M = 16: CFG_M16_K8 where it measured best on the H200 (v8), else the v7 pins
+        # M = 16: CFG_M16_K8 where it measured best on the H200, else the other `tuned_choice` pins
         ("8B.qkv", 16, K8.format(1)),
         ("8B.o", 16, K8.format(2)),
         ("8B.gate_up", 16, M16.format(1)),

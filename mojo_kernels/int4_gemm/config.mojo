@@ -207,8 +207,9 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         overlaps its own dequant with its MMAs; the two consumer warpgroups overlap each other.
     pp: software pipelining inside a warpgroup: dequantize the next batch (possibly of the next
         stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
-        double-buffered: 2 * kg * fpw * 4 per thread). EXPERIMENTAL: gave wrong results on the
-        H200 (ptxas reused in-flight A registers); fixed in SASS, not yet verified on device.
+        double-buffered: 2 * kg * fpw * 4 per thread; `_keep4` stops ptxas from reusing the
+        in-flight A registers). Correct, but no faster than two consumer warpgroups
+        overlapping each other, so not dispatched (WGMMA_PIPELINED).
     split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
     ctas: CTAs per SM the kernel is built for (1 or 2): `nvvm.minctasm`, the setmaxnreg split
           (1: producer 40 / consumers 232; 2: 24 / 104 with two consumer warpgroups, 24 / 232
@@ -343,8 +344,8 @@ def wgmma_smem_usage(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> 
 def cluster_wave_cap(split: Int, ctas_per_sm: Int) -> Int:
     """Most CTAs of a split-K grid (clusters of `split` CTAs, `ctas_per_sm` of them per SM) that
     still run as one wave on the H200 (132 SMs in GPCs of unequal size; a cluster must fit in
-    one GPC), or 0 for cluster sizes that never measured well (7, 8). Measured with the wgmma
-    kernel (benchmarks/NOTES.md, session 8): clusters of 1-2 fill all 132 SMs, of 4 up to 120,
+    one GPC), or 0 for cluster sizes that never run as one wave (7, 8). Measured with the wgmma
+    kernel (docs/design/multistage_gemm_q.md): clusters of 1-2 fill all 132 SMs, of 4 up to 120,
     of 3 and 6 up to 96 (120 / 144 ran as two waves), of 5 up to 80 (120 did not); configs built
     for 2 CTAs per SM hold 264, 192 (3, 4, 6; 240-256 did not) and 160 (5)."""
     if split <= 2:

@@ -1,7 +1,7 @@
 """Host side of the W4A16 tensor-core path: picks a kernel and tile config by M (and N, K),
 resolves it against the shared-memory budget, chooses the cluster split-K, launches it:
 `gpu_wgmma`'s register-A wgmma kernel from WGMMA_MIN_M tokens on (`wgmma_variant`), below that
-`gpu_mma`'s mma.sync kernels (`int4_gemm_gpu_mma`, the v6 selection).
+`gpu_mma`'s mma.sync kernels (`int4_gemm_gpu_mma`).
 
 Entry point: `int4_gemm_gpu` (shapes and dtypes in its docstring). `int4_gemm_gpu_config`
 describes the launch it would make, for benchmark records.
@@ -26,7 +26,7 @@ from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
 from .gpu_wgmma import launch_int4_gemm_wgmma
 
 # Tile table, by tokens per call and output bands (64 columns each); every warp owns one band.
-# Chosen from the sweeps in benchmarks/NOTES.md (H200, 8 Llama-3 layers).
+# Chosen from H200 sweeps over 8 Llama-3 layers (docs/design/multistage_gemm_q.md).
 comptime CFG_M8 = Int4GemmConfig(bm=8, bn=128, bk=128, wm=8, wn=64, stages=4, warp_k=2, split_k=1, pipeline=PIPE_WARP)
 """M <= 8 (decode): barrier-free per-warp streams, 2 bands x 2 K parts = 4 warps, 3 chunks of
 8 packed tiles in flight per warp; ~106 KB smem, 2 CTAs per SM."""
@@ -43,7 +43,7 @@ comptime CFG_M64 = Int4GemmConfig(bm=64, bn=256, bk=64, wm=64, wn=64, stages=4, 
 comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=1, split_k=1)
 """M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
 comptime CFG_M16_K8 = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=4, warp_k=8, split_k=1, pipeline=PIPE_WARP)
-"""9 <= M <= 16 (v8, tuned_choice variant 2): CFG_M16_NARROW with 8 K parts: twice the warps
+"""9 <= M <= 16 (tuned_choice variant 2): CFG_M16_NARROW with 8 K parts: twice the warps
 per CTA, half the chunks per warp. Pinned on 8B.qkv, 8B.o, 8B.down, 70B.o."""
 comptime NARROW_BANDS = 64
 """Up to this many bands, small M uses the one-band-per-CTA configs."""
@@ -57,23 +57,24 @@ comptime WG_CFG_128 = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4)
 """128 tokens x 256 columns per CTA, 128 accumulators/thread (large M)."""
 comptime WG_CFG_64P = Int4WgmmaConfig(nt=64, fpw=2, nwg=2, stages=8, kg=4, pp=True)
 """WG_CFG_64, software-pipelined (dequant of stage i+1 overlaps the wgmma of stage i).
-EXPERIMENTAL: wrong results on the H200 in v7b (A-register WAR hazard, see NOTES.md v7); the
-fix (_keep4) is verified only in SASS, not yet on the device."""
+Correct (`_keep4` keeps the in-flight A registers), but not faster than WG_CFG_64: the two
+consumer warpgroups already overlap each other's dequant and MMAs. Not dispatched
+(WGMMA_PIPELINED); the GPU test and the benchmark's `pp` flag still build it."""
 comptime WG_CFG_128P = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4, pp=True)
-"""WG_CFG_128, software-pipelined. EXPERIMENTAL (see WG_CFG_64P)."""
+"""WG_CFG_128, software-pipelined; not dispatched (see WG_CFG_64P)."""
 comptime WG_CFG_64N = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
-"""33 <= M <= 64 (v8, pinned through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
+"""33 <= M <= 64 (pinned through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
 warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232; ~99 KB
 smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
 WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
 spills and serializes the wgmma, C7512.)"""
 comptime WG_CFG_64K = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, wk=2, stages=16, kg=4)
 """64 tokens x 128 columns, two warp-k consumer warpgroups (one overlaps its dequant with the
-other's wgmma), one CTA per SM, 16 stages (~196 KB). Not dispatched since session 8 (pinned on
-70B.o / 70B.down at M = 64 in session 7, now slower there than WG_CFG_64W at split 6); kept as
-the 64-token twin of WG_CFG_128K for the tests and the benchmark's `wk` sweep."""
+other's wgmma), one CTA per SM, 16 stages (~196 KB). Not dispatched: at M = 64 WG_CFG_64W with
+a deeper split is faster on every benchmark layer; the GPU test and the benchmark's `wk` sweep
+build it as the 64-token twin of WG_CFG_128K."""
 comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=11, kg=4)
-"""65 <= M <= 128 on 70B.o (session 7, via `tuned_wgmma`): WG_CFG_64K with 128 tokens, 11
+"""65 <= M <= 128 on 70B.o (via `tuned_wgmma`): WG_CFG_64K with 128 tokens, 11
 stages (~223 KB: as many as the smem budget holds)."""
 comptime WGMMA_PIPELINED = False
 """Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
@@ -109,10 +110,10 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
 
 def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
-    """`wgmma_plan` without the `tuned_wgmma` pins (the v7 plan; the benchmark times it as the
-    previous dispatch). M <= 64 on the shapes the v6 table pins to two 32-token M-blocks
-    (tuned_choice variant 1: 70B.o, 70B.down) stays on mma.sync (measured 45.5 / 130.7 us
-    against 51.6 / 155.5 for WG_CFG_64; `tuned_wgmma` now sends them to WG_CFG_64N)."""
+    """`wgmma_plan` without the `tuned_wgmma` pins: the rule for shapes without a pin (the
+    benchmark also times it on the pinned shapes). M <= 64 on the shapes `tuned_choice` pins to
+    two 32-token M-blocks (variant 1: 70B.o, 70B.down) stays on mma.sync, which beats WG_CFG_64
+    there (`tuned_wgmma` sends those layers to WG_CFG_64W)."""
     if m < WGMMA_MIN_M:
         return (-1, 0)
     if m <= 64 and tuned_choice(m, n, kp)[0] == 1:
@@ -144,17 +145,15 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
 def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(wgmma variant, split_k) pinned per (M range, N, K) ahead of `wgmma_rule`, or (-1, 0).
-    Measured on the H200 (benchmarks/NOTES.md; us of the pin against the previous one, same
-    run). 33 <= M <= 64 (the wgmma part of `tuned_choice`'s 17..64 range), at M = 64:
-    - WG_CFG_64N (64 x 128, 2 CTAs per SM): 8B.qkv split 4 17.0 (v8); 8B.o split 6 14.0 /
-      16.8 and 8B.down split 6 30.7 / 41.5 (session 8: clusters of 6 pack, the v8 note that
-      they do not was wrong).
-    - WG_CFG_64W (64 x 512), session 8: 8B.gate_up split 2 42.9 / 46.7, 70B.qkv split 4 43.2 /
-      46.5, 70B.o split 6 33.9 / 36.1 and 70B.down split 6 90.2 / 101.4 (against the warp-k
-      WG_CFG_64K split 2 and WG_CFG_64N split 3); 70B.gate_up takes it through the rule.
-    65 <= M <= 128: WG_CFG_128K split 2 on 70B.o (session 7: 45.3 / 52.4; session 8: 43.0
-    against 43.7 for the rule's 128 x 256 split 3); the other layers take the rule (session 8:
-    8B.o / 8B.down 128 x 256 split 6 19.0 / 39.0 against 21.3 / 50.8 at split 4)."""
+    Each pin is the fastest (config, split) of an H200 sweep of the benchmark layers
+    (docs/design/multistage_gemm_q.md). 33 <= M <= 64 (the wgmma part of `tuned_choice`'s
+    17..64 range):
+    - WG_CFG_64N (64 x 128, 2 CTAs per SM) on the small layers (8B.qkv split 4, 8B.o and
+      8B.down split 6): twice the CTAs, so every SM gets work; clusters of 6 still pack into
+      one wave at 2 CTAs per SM.
+    - WG_CFG_64W (64 x 512) on the large ones (8B.gate_up split 2, 70B.qkv split 4, 70B.o and
+      70B.down split 6); 70B.gate_up takes it through the rule.
+    65 <= M <= 128: WG_CFG_128K split 2 on 70B.o; the other layers take the rule."""
     if m > 64 and m <= 128 and n == 8192 and kp == 8192:
         return (WG_VAR_128K, 2)
     if m >= WGMMA_MIN_M and m <= 64:
@@ -202,14 +201,13 @@ comptime _C128 = WG_CFG_128P if WGMMA_PIPELINED else WG_CFG_128
 
 def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) measured best on the H200 for the Llama-3 layer shapes of
-    benchmarks/NOTES.md (MAX's own qint4 dispatch is keyed on (K, N) the same way);
+    docs/design/multistage_gemm_q.md (MAX's own qint4 dispatch is keyed on (K, N) the same way);
     (-1, 0) elsewhere: then the band-count rule and `choose_split_k` decide.
     variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config, 2 = CFG_M16_K8 (9..16
     only); 17..64: 0 = CFG_M64, 1 = CFG_M32 (two 32-token M-blocks; for 33..64 only
     `int4_gemm_gpu_mma` reads these rows: the dispatch takes `tuned_wgmma` there).
-    9..16, v8 (measured at M = 16, us against the v7 pin): 8B.qkv K8 split 1 12.29 / 13.05,
-    8B.o K8 split 2 11.71 / 11.87, 8B.down K8 split 2 20.31 / 22.22, 70B.o K8 split 1
-    19.71 / 21.06."""
+    9..16: CFG_M16_K8 (variant 2) on 8B.qkv, 8B.o, 8B.down and 70B.o, where more warps per
+    band keep more bytes in flight than the 4-part config."""
     if m <= 8:
         if kp == 4096:
             if n == 6144:
@@ -274,7 +272,7 @@ def tile_config_for(m: Int, n: Int, kp: Int) -> Int4GemmConfig:
 def choose_split_k(cfg: Int4GemmConfig, m: Int, n: Int, kp: Int) -> Int:
     """CTAs per cluster along K.
 
-    Measured (NOTES.md): a CTA has a fixed cost (cluster launch, pipeline fill, reductions),
+    A CTA has a fixed cost (cluster launch, pipeline fill, reductions),
     so fewer, longer CTAs win as long as every SM gets about one; a second partial wave costs
     far more than it saves, and clusters of 8 pack badly into the GPCs. So:
     PIPE_WARP (2 CTAs/SM): the smallest power of two giving >= 96 CTAs (<= 8);
@@ -427,8 +425,7 @@ def int4_gemm_gpu_mma[
     split_k: Int = 0,
 ) raises:
     """The mma.sync kernels' selection (tile table + tuned (N, K) table + split heuristic), as
-    `int4_gemm_gpu` made it before the wgmma kernel (v6); used below WGMMA_MIN_M tokens and by
-    the benchmark as the previous kernel."""
+    used below WGMMA_MIN_M tokens, and by the benchmark to time the mma.sync kernels at any M."""
     var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
     _check_shapes(m, n, kp, np_eff)
     var tuned = tuned_choice(m, n, kp)

@@ -155,7 +155,8 @@ def _pin4(v: SIMD[DType.uint32, 4]) -> SIMD[DType.uint32, 4]:
 def _keep4(v: SIMD[DType.uint32, 4]):
     """Empty asm that reads v: keeps v's registers allocated up to this point. Used after the
     wait_group that retires the wgmma reading v, so that ptxas cannot give them to values
-    written while that wgmma is still in flight (it did, v7b: wrong results)."""
+    written while that wgmma is still in flight (without it ptxas did, and the results were
+    wrong)."""
     inlined_assembly["", NoneType, constraints="r,r,r,r", has_side_effect=True](v[0], v[1], v[2], v[3])
 
 
@@ -449,8 +450,8 @@ def int4_gemm_wgmma_kernel[
         var lane_col = lane % 4
         comptime if not staged:
             # one CTA and one warpgroup own the tile: masked stores straight from the
-            # fragments (a kernel instance of its own: split-1 launches measured 3-5 % slower
-            # with the staged path compiled in, session 7)
+            # fragments (a kernel instance of its own: with the staged path compiled into the
+            # same kernel behind a runtime branch, split-1 launches were 3-5 % slower)
             _store_fragments[dtype, has_bias, NT, FPW](
                 acc, c_ptr, b_ptr, m0 + 2 * lane_col, (band0 + band_local) * 64 + 16 * jb + lane_row, m, n)
             return
@@ -535,8 +536,8 @@ def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
     stores it replaced, with a `% split_k` test per fragment, were ~3.7k instructions,
     instruction-cache bound); each pass first
     issues all its shared / distributed-shared loads (8 per thread), then sums and stores, so
-    the remote-load latency is paid once per pass, not once per load (timeline of session 7
-    in benchmarks/NOTES.md).
+    the remote-load latency is paid once per pass, not once per load (docs/design/
+    multistage_gemm_q.md).
     """
     if nsplit == 1:
         _store_tile_ns[dtype, has_bias, NT, CW, NCT, 1](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)

@@ -8,14 +8,13 @@ launches what it picked. First match wins:
    LARGE or SMALL tiles by `wgmma_large_tiles`.
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
    + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
-   the token tile). H200, N = 8192, K = 8192 (standalone): T = 1 / 16 / 64 / 128 25.6 / 28.7 /
-   62.4 / 119 us with the mma.sync configs of 4., 20.1 / 21.2 / 22.6 / 30.6 us with it (session
-   9, 4 weight copies).
+   the token tile): TMA keeps far more weight bytes in flight per SM than 4.'s register
+   fragments (up to 4x faster at N = 8192, T = 64-128).
 3b. 16 < T <= 64, ceil(N / 64) * SPLIT_MAX <= SPLIT_MAX_CTAS (N <= 1920), the same operand
    rules: the swap-AB kernel with K split over (SPLIT_MAX, 1, 1) clusters, partial sums added
-   through distributed shared memory (`decode_split_config`). H200, N = 1024, T = 64
-   (standalone, session 11): K = 8192 12.5 -> 8.8 us, K = 4096 8.0 -> 7.3 us against the
-   mma.sync MID config of 4.
+   through distributed shared memory (`decode_split_config`): N = 1024 gives 3. only 16 CTAs,
+   and 4.'s 16-row CTAs re-read the tokens from L2 many times (the split is ~30 % faster at
+   K = 8192, T = 64).
 4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
@@ -61,14 +60,13 @@ comptime THREADS = 256
 comptime WGMMA_MIN_TOKENS = 128
 """More tokens than this (and gk % 128 == 0) take the TMA + wgmma kernel (gpu_wgmma.mojo); up
 to it the mma.sync split-K kernel, whose CTAs cover only 8 or 16 weight rows each, keeps more
-SMs busy (H200, N = 1024, K = 7168: T = 64 took 10.7 us with it; wgmma needed 28 us at T = 128)."""
+SMs busy (at N = 1024, T = 64-128 the 64-row wgmma tiles leave most SMs idle)."""
 comptime WARPS = THREADS // 32
 comptime LARGE_N = 4096
 """From this many weight rows (e.g. a fused QKV projection) the mma.sync kernel takes CTAs of
-more rows: with N / 8 CTAs of 8 rows the grid runs ~4 waves of short CTAs at N = 8192. H200,
-N = 8192, standalone (benchmarks/mojo/k_cache_decode_bench.mojo): T = 1 20.6 -> 12.5 us (K =
-4096), 37.7 -> 25.8 us (K = 8192) with (MT, NB, U) = (1, 2, 2) and the rows resolved late; T =
-64 42.9 -> 34.8 / 86.4 -> 62.2 us with (4, 4, 1). At N = 1024 both would leave SMs idle."""
+more rows: with N / 8 CTAs of 8 rows the grid runs ~4 waves of short CTAs at N = 8192, and
+fewer, fatter CTAs stream better ((MT, NB, U) = (1, 2, 2) with the rows resolved late for
+T <= 16, (4, 4, 1) above; 20-40 % faster there). At N = 1024 both would leave SMs idle."""
 
 
 @always_inline
@@ -341,9 +339,8 @@ comptime MMA_DECODE = MmaConfig(1, 1, 4, False, False)
 comptime MMA_DECODE_LARGE_N = MmaConfig(1, 2, 2, True, False)
 """T <= 16, N >= LARGE_N."""
 comptime MMA_MID = MmaConfig(2, 2, 2, False, True)
-"""16 < T <= WGMMA_MIN_TOKENS. Rotated K walks: H200, N = 1024, T = 64 (session 9, 4 weight
-copies): K = 8192 12.7-13.1 -> 12.1-12.2 us, K = 4096 7.3-7.4 -> 7.9-8.0 us (kept for the
-K = 8192 row, the one below its bar)."""
+"""16 < T <= WGMMA_MIN_TOKENS. Rotated K walks: ~5 % faster at N = 1024, K = 8192, T = 64,
+~8 % slower at K = 4096 (kept for the larger K, where the op is furthest from its target)."""
 comptime MMA_MID_LARGE_N = MmaConfig(4, 4, 1, False, False)
 """16 < T <= WGMMA_MIN_TOKENS, N >= LARGE_N."""
 comptime MMA_PREFILL = MmaConfig(2, 4, 1, False, False)
@@ -366,7 +363,7 @@ comptime PLAN_WGMMA_DECODE_SPLIT = 10
 """The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (rule 3b)."""
 comptime SPLIT_MAX_CTAS = 120
 """Most CTAs the split decode launches: clusters of 4 fit one wave up to 120 CTAs on the H200
-(int4 notes, session 8)."""
+(measured with the int4 kernel: `cluster_wave_cap`)."""
 comptime DECODE_MIN_CTAS = 100
 """The swap-AB decode kernel (one CTA per 64 weight rows) from this many CTAs on (N >= 6337):
 with fewer, too many SMs would sit idle and the mma.sync kernel's smaller CTAs spread better."""

@@ -1,6 +1,6 @@
 """Hopper (sm_90a) path of `k_matmul_ragged_paged_scale` for many tokens: TMA + wgmma FP8.
 
-Warp-specialized like shared/mojo-examples/hopper/wgmma_fp8.mojo (verified there): one CTA
+Warp-specialized: one CTA
 computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
 64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
 gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
@@ -12,8 +12,8 @@ weight_scale (per column) in fp32 registers and adds it to the running fp32 resu
 Hopper's FP8 tensor cores accumulate with reduced precision, so no sum longer than one 128-wide
 block stays inside them). With gn a multiple of the tile width, two block accumulators alternate:
 tile kt + 1's wgmmas are issued before tile kt is waited for (wait_group 1), released and
-promoted, so the promotion overlaps the warpgroup's own next MMAs (H200, benchmarks/NOTES.md v6:
-N = 1024, K = 8192, T = 4096 100 -> 67.7 us, 1018 TFLOP/s).
+promoted, so the promotion overlaps the warpgroup's own next MMAs (it is the serial part of a
+block-scaled FP8 main loop; docs/design/k_matmul_ragged_paged_scale.md).
 The epilogue divides by kv_scale for an fp8 cache, casts, and stores each token's row segment
 straight into its paged-cache slot (rows past T, skipped tokens and columns past N are not
 written). Requirements (checked by `wgmma_path_supported`): gk % 128 == 0, K % 16 == 0 and
@@ -240,8 +240,7 @@ def _wgmma_kernel[
 
     comptime if gn % BN == 0:
         # two block accumulators: block kt + 1's wgmmas are issued before block kt is promoted
-        # (wait_group 1), so a warpgroup's promotion overlaps its own next MMAs (H200: N = 1024,
-        # K = 8192, T = 4096 92.7 -> 67.3 us, benchmarks/NOTES.md v6)
+        # (wait_group 1), so a warpgroup's promotion overlaps its own next MMAs
         var blk2 = TileTensor(
             stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
         )

@@ -133,17 +133,17 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
 
 comptime DECODE_STAGES = 8
 """Most stages (`decode_config` takes fewer when they do not fit in SMEM_BUDGET). Measured at
-N = 8192 with 128-wide stages (benchmarks/NOTES.md): 10 or 12 stages were 0-10 % slower."""
+N = 8192 with 128-wide stages: 10 or 12 stages were 0-10 % slower (the ring is not the limit)."""
 comptime SMEM_BUDGET = 227 * 1024
 """Dynamic shared memory one sm_90 CTA may use."""
 comptime DECODE_CONSUMERS = 2
 """Consumer warpgroups. Measured at N = 8192: one was 7-60 % slower (its wgmma -> wait ->
 promote chain per K tile is not hidden), three (152 registers each) no faster than two; two
-consumers splitting the tokens of every stage (each 64 x tn/2) 18-32 % slower (session 9: the
-weight tile is then read from shared memory twice)."""
+consumers splitting the tokens of every stage (each 64 x tn/2) 18-32 % slower (the weight
+tile is then read from shared memory twice)."""
 comptime ROTATE_MIN_TN = 32
-"""Rotated K walks from this token tile on: H200, N = 8192, T = 64: -3 % (K = 4096 and 8192);
-at T = 1 +3 % (K = 4096) (session 9)."""
+"""Rotated K walks from this token tile on: at N = 8192 they gain ~3 % at T = 64 and lose ~3 %
+at T = 1 (K = 4096)."""
 
 
 def decode_config(t: Int) -> DecodeConfig:
@@ -154,10 +154,9 @@ def decode_config(t: Int) -> DecodeConfig:
     while tn < t and tn < MAX_TOKENS:
         tn *= 2
     var stages = DECODE_STAGES
-    # K per stage, measured at N = 8192, K = 8192 (benchmarks/NOTES.md): 256 for tn <= 16, 512
-    # up to 64 tokens; 128 at tn = 128, whose accumulators leave room for few stages
-    # (sessions 8 and 9, also after the accumulators moved over the drained ring and after the
-    # scale fix: 384 and 256 at tn = 64 are 2-10 % slower)
+    # K per stage, measured at N = 8192, K = 8192: 256 for tn <= 16, 512 up to 64 tokens
+    # (384 and 256 at tn = 64 are 2-10 % slower); 128 at tn = 128, whose accumulators leave
+    # room for few stages
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
     var rotate = tn >= ROTATE_MIN_TN
     while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1).smem_bytes() > SMEM_BUDGET:
@@ -167,7 +166,7 @@ def decode_config(t: Int) -> DecodeConfig:
 
 comptime SPLIT_MAX = 4
 """Most CTAs per cluster of the split decode (clusters of up to 4 fit one wave of 120 CTAs on
-the H200, int4 notes)."""
+the H200, `cluster_wave_cap`)."""
 
 
 def decode_split_config(t: Int, split: Int) -> DecodeConfig:
@@ -300,7 +299,7 @@ def _wgmma_decode_kernel[
                 var addr = 0
                 if slot[0] >= 0:
                     # the lookup-table read happens here, not in the epilogue, where each
-                    # thread's stores would wait on it (0.5 us of tail at T = 64)
+                    # thread's stores would wait on it (a visible tail at T = 64)
                     addr = Int(k_cache.block_paged_ptr[1](slot[0], slot[1], 0, 0))
                 rows[unsafe_offset=tl] = Int64(addr)
         barrier()  # the consumers' accumulators are in shared memory; they store them

@@ -23,7 +23,7 @@ def kernels_path() -> Path:
 
     For custom_extensions use `kernels_package()`, the precompiled form that this package's
     graph functions add to every graph: one process must not load both (two definitions of
-    every op; on the H200 that crashed MAX's compile, 2026-11-29).
+    every op, which crashes MAX 26.7's compile on a GPU).
     """
     for candidate in _CANDIDATES:
         if (candidate / "__init__.mojo").is_file():

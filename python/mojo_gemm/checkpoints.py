@@ -1,7 +1,6 @@
 """Checkpoint loader: safetensors tensors of GPTQ, AWQ, FP8 and dense linears → our layers' state.
 
-Formats of one linear at name prefix `p` (W [N, K] is the logical weight, y = x · Wᵀ; see
-/work/shared/reference/checkpoint-formats.md):
+Formats of one linear at name prefix `p` (W [N, K] is the logical weight, y = x · Wᵀ):
 
 - GPTQ (AutoGPTQ, 4 bit): `p.qweight` I32/U32 [K/8, N], `p.qzeros` I32/U32 [G, N/8],
   `p.scales` F16/BF16/F32 [G, N], optional `p.g_idx` I32/I64 [K] (act-order). The zero-point

@@ -67,7 +67,7 @@ def int4_matmul(
 
     # The op always takes zeros and bias (rank 2); when absent it never reads them, so the
     # scales stand in as they are (no new constant: a broadcast costs a kernel launch; no
-    # reshape: ~1.5 us of MAX runtime per op, benchmarks/int4_graph_cost.py).
+    # reshape: MAX's graph runtime charges a view as an op of its own).
     scales = weight.scales
     out = ops.custom(
         OP_NAME,

@@ -61,7 +61,7 @@ def library() -> CustomOpLibrary:
 
     Built on the precompiled `kernels_package()`, the library the graph functions add to every
     graph: a process that also loaded the source directory would hold two definitions of each
-    op (on the H200 that crashed MAX's compile, 2026-11-29).
+    op, which crashes MAX 26.7's compile on a GPU).
     """
     _torch()
     from max.experimental.torch import CustomOpLibrary

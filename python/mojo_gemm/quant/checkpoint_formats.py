@@ -2,7 +2,7 @@
 
 These helpers only decode bits; argument validation with user-facing messages lives in
 `mojo_gemm.quant.int4`, which calls them with arrays of already checked shapes and dtypes.
-See /work/shared/reference/checkpoint-formats.md for the formats.
+The formats are described in `mojo_gemm.checkpoints`.
 """
 
 from __future__ import annotations
