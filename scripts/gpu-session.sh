@@ -1,45 +1,50 @@
 #!/usr/bin/env bash
-# One device call on an H200 with MAX installed: every gpu test in three parallel
-# pytest processes (graph compiles dominate; timing is not measured by tests), then the named
-# parts. Logs, RESULTS.md and benchmark JSON go to $OUT (or ./gpu-session-out).
-#   scripts/gpu-session.sh tests            # gpu tests only
-#   scripts/gpu-session.sh bench-grouped bench-kcache bench-int4 example
-# Run from the repository root with PYTHONPATH=/root/site:$PWD/python and MAX's bin on PATH.
+# One device call on an H200 with MAX installed: the named parts in order, then everything they
+# wrote (logs, RESULTS.md, benchmark JSON) packed into $OUT/session-<first part>.tgz, one file,
+# since a device call returns few files.
+#   scripts/gpu-session.sh tests                 # every gpu test, three pytest processes
+#   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
+#   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
+# Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
+# BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
-out=${OUT:-gpu-session-out}
-mkdir -p "$out"
+work=gpu-session-out
+mkdir -p "$work"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
-python -c "import torch; print('torch', torch.__version__)" >> "$out/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt" 2>&1
+python -c "import torch; print('torch', torch.__version__)" >> "$work/gpu.txt" 2>&1
+P="python -m pytest -m gpu -q -p no:cacheprovider -rA"
+bench() {  # bench <log name> <budget> <script> [args]: runs a benchmark within its budget
+  local name=$1 budget=$2; shift 2
+  BENCH_BUDGET_S=$budget timeout $((budget + 90)) python "$@" > "$work/$name.log" 2>&1
+  echo "rc=$?" >> "$work/$name.log"; grep -hE "^bar:|rc=" "$work/$name.log"; tail -2 "$work/$name.log"
+}
 for part in "$@"; do
   case "$part" in
     tests)
-      P="python -m pytest -m gpu -q -p no:cacheprovider -rA"
       (timeout 540 $P tests/test_int4_graph.py tests/test_int4_op.py tests/test_grouped.py \
-         tests/test_grouped_gpu_build.py tests/test_grouped_no_sync.py > "$out/tests1.log" 2>&1
-       echo "rc=$?" >> "$out/tests1.log") &
+         tests/test_grouped_gpu_build.py tests/test_grouped_no_sync.py > "$work/tests1.log" 2>&1
+       echo "rc=$?" >> "$work/tests1.log") &
       (timeout 540 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_fp8_quantize_op.py \
-         tests/test_torch_bridge.py > "$out/tests2.log" 2>&1; echo "rc=$?" >> "$out/tests2.log") &
-      (timeout 540 $P tests/test_moe_block.py tests/test_moe_decoder.py > "$out/tests3.log" 2>&1
-       echo "rc=$?" >> "$out/tests3.log") &
+         tests/test_torch_bridge.py > "$work/tests2.log" 2>&1; echo "rc=$?" >> "$work/tests2.log") &
+      (timeout 540 $P tests/test_moe_block.py tests/test_moe_decoder.py > "$work/tests3.log" 2>&1
+       echo "rc=$?" >> "$work/tests3.log") &
       wait
-      grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$out"/tests*.log ;;
-    bench-grouped)
-      BENCH_BUDGET_S=${BENCH_BUDGET_S:-230} timeout 280 python benchmarks/bench_grouped_matmul.py \
-        > "$out/bench_grouped.log" 2>&1; echo "rc=$?" >> "$out/bench_grouped.log"; tail -3 "$out/bench_grouped.log" ;;
-    bench-kcache)
-      BENCH_BUDGET_S=${BENCH_BUDGET_S:-280} timeout 330 python benchmarks/bench_k_matmul_paged.py \
-        > "$out/bench_kcache.log" 2>&1; echo "rc=$?" >> "$out/bench_kcache.log"; tail -3 "$out/bench_kcache.log" ;;
-    bench-int4)
-      b=${BENCH_BUDGET_S:-240}
-      BENCH_BUDGET_S=$b timeout $((b + 60)) python benchmarks/bench_int4_matmul.py \
-        > "$out/bench_int4.log" 2>&1; echo "rc=$?" >> "$out/bench_int4.log"; tail -3 "$out/bench_int4.log" ;;
+      grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/tests*.log ;;
+    capture)
+      timeout 400 $P tests/test_moe_decoder.py tests/test_grouped_no_sync.py -k "gpu or capture" \
+        > "$work/capture.log" 2>&1; echo "rc=$?" >> "$work/capture.log"
+      grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work/capture.log" ;;
     example)
-      timeout 300 python examples/moe_decoder.py --device gpu > "$out/example_gpu.log" 2>&1
-      echo "rc=$?" >> "$out/example_gpu.log"; tail -8 "$out/example_gpu.log" ;;
+      timeout 300 python examples/moe_decoder.py --device gpu > "$work/example_gpu.log" 2>&1
+      echo "rc=$?" >> "$work/example_gpu.log"; tail -8 "$work/example_gpu.log" ;;
+    bench-int4) bench bench_int4 "${BENCH_BUDGET_S:-240}" benchmarks/bench_int4_matmul.py ;;
+    bench-grouped) bench bench_grouped "${BENCH_BUDGET_S:-230}" benchmarks/bench_grouped_matmul.py ;;
+    bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
+    bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
-  cp benchmarks/RESULTS.md "$out/" 2>/dev/null
-  cp benchmarks/out/*.json "$out/" 2>/dev/null
-  cp benchmarks/results/*.json "$out/" 2>/dev/null
 done
+cp benchmarks/RESULTS.md "$work/" 2>/dev/null
+mkdir -p "$work/results" && cp benchmarks/results/*.json "$work/results/" 2>/dev/null
+tar -czf "${OUT:-.}/session-${1:-none}.tgz" "$work"
