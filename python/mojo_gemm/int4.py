@@ -8,6 +8,7 @@ from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
 from .contracts import INT4_MATMUL, int4_padded
+from .contracts._rules import INT, TENSOR, check_types, instance_of, optional
 
 OP_NAME = "multistage_gemm_q"
 
@@ -30,6 +31,20 @@ class Int4WeightValues:
     k: int
     group_size: int
 
+    def __post_init__(self) -> None:
+        check_types("Int4WeightValues", self.__dict__, _WEIGHT_TYPES)
+
+
+_WEIGHT_TYPES = {
+    "qweight": TENSOR,
+    "scales": TENSOR,
+    "zeros": optional(TENSOR),
+    "perm": optional(TENSOR),
+    "n": INT,
+    "k": INT,
+    "group_size": INT,
+}
+
 
 def int4_matmul(
     x: TensorValue, weight: Int4WeightValues, bias: TensorValue | None = None
@@ -38,8 +53,15 @@ def int4_matmul(
 
     x: bfloat16 or float16 [..., K] (rank >= 2; leading dims may be symbolic);
     bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
-    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices.
+    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices, TypeError
+    naming the argument for a value of the wrong Python type.
     """
+    check_types(
+        "int4_matmul",
+        {"x": x, "weight": weight, "bias": bias},
+        {"x": TENSOR, "weight": instance_of("an Int4WeightValues", Int4WeightValues),
+         "bias": optional(TENSOR)},
+    )
     INT4_MATMUL.validate(
         {
             "x": x,

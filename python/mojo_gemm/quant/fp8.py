@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..contracts._rules import ARRAY, INT, INT_SEQ, check_types, instance_of, optional
+
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 """numpy dtype of float8_e4m3fn values."""
 E4M3_MAX = 448.0
@@ -28,14 +30,11 @@ SCALE_ROW_ALIGN = 4
 """MAX's dynamic quantizer pads the token dimension of input_scale to 16 bytes of float32."""
 
 
-def _block(block: object) -> tuple[int, int]:
-    if (
-        not isinstance(block, (tuple, list))
-        or len(block) != 2
-        or not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in block)
-    ):
-        raise TypeError(f"block: expected a pair of ints (rows, cols), got {block!r}")
-    br, bc = int(block[0]), int(block[1])
+def _block(fn: str, block: object) -> tuple[int, int]:
+    check_types(fn, {"block": block}, {"block": INT_SEQ})
+    if len(block) != 2:  # type: ignore[arg-type]
+        raise ValueError(f"{fn}: block must be a pair (rows, cols), got {block!r}")
+    br, bc = int(block[0]), int(block[1])  # type: ignore[index]
     if br < 1 or bc < 1:
         raise ValueError(f"block: expected positive sizes, got {(br, bc)}")
     return br, bc
@@ -80,7 +79,8 @@ class Fp8Blockwise:
     block: tuple[int, int]
 
     def __post_init__(self) -> None:
-        br, bc = _block(self.block)
+        check_types("Fp8Blockwise", self.__dict__, {"data": ARRAY, "scales": ARRAY})
+        br, bc = _block("Fp8Blockwise", self.block)
         data = _as_e4m3(self.data, "data")
         if data.ndim != 2:
             raise ValueError(f"data: expected a 2-D array, got shape {data.shape}")
@@ -128,7 +128,9 @@ def quantize_fp8_blockwise(
     checkpoint's scale multiplies, as the op's weight_scale does).
     Raises TypeError / ValueError naming the argument.
     """
-    br, bc = _block(block)
+    check_types("quantize_fp8_blockwise", {"x": x, "weight_scale_inv": weight_scale_inv},
+                {"x": ARRAY, "weight_scale_inv": optional(ARRAY)})
+    br, bc = _block("quantize_fp8_blockwise", block)
     if weight_scale_inv is not None:
         return Fp8Blockwise(_as_e4m3(x, "x"), np.asarray(weight_scale_inv), (br, bc))
     arr = np.asarray(x)
@@ -154,6 +156,8 @@ def quantize_fp8_input(
     quantizer pads to 16 bytes); entry [kb, i] scales tokens [i·gm, (i+1)·gm) x columns
     [kb·gk, (kb+1)·gk). Padding entries are 1.0.
     """
+    check_types("quantize_fp8_input", {"x": x, "gm": gm, "gk": gk, "row_align": row_align},
+                {"x": ARRAY, "gm": INT, "gk": INT, "row_align": INT})
     q = quantize_fp8_blockwise(x, (gm, gk))
     rows = q.scales.shape[0]
     padded = -(-rows // row_align) * row_align if row_align > 1 else rows
@@ -168,8 +172,11 @@ def fp8_buffer(array: np.ndarray, device: object | None = None) -> object:
     CPU: uint8 bits (CPU graphs cannot hold float8); accelerator: float8_e4m3fn, copied there.
     `array` holds float8_e4m3fn values or their uint8 bits.
     """
-    from max.driver import CPU, Buffer
+    from max.driver import CPU, Buffer, Device
     from max.dtype import DType
+
+    check_types("fp8_buffer", {"array": array, "device": device},
+                {"array": ARRAY, "device": optional(instance_of("a max.driver Device", Device))})
 
     bits = np.ascontiguousarray(_as_e4m3(array, "array")).view(np.uint8)
     host = Buffer.from_numpy(bits)
