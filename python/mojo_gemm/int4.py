@@ -80,11 +80,17 @@ def int4_matmul(
     _, kp = int4_padded(n, k)
     leading = list(x.shape[:-1])
     rows = x.reshape([-1, k])
+    m = rows.shape[0]
+    # x's gather and K-padding run as MAX kernels, which fail at run time on an empty tensor
+    # (M = 0, symbolic here, so no build-time branch can skip them): they get one extra zero
+    # row, which the op never reads (its M is the output's rows).
     if weight.perm is not None:
         # act-order: the packed K order is the sorted-by-group order of the input features
-        rows = ops.gather(rows, weight.perm, axis=1)
-    if kp != k:
-        rows = ops.pad(rows, [0, 0, 0, kp - k])
+        rows = ops.gather(ops.pad(rows, [0, 1, 0, 0]), weight.perm, axis=1)
+        if kp != k:
+            rows = ops.pad(rows, [0, 0, 0, kp - k])
+    elif kp != k:
+        rows = ops.pad(rows, [0, 1, 0, kp - k])
     device = x.device
 
     # The op always takes zeros and bias (rank 2); when absent it never reads them, so the
@@ -101,7 +107,7 @@ def int4_matmul(
             weight.zeros if weight.zeros is not None else scales,
             bias.reshape([1, n]) if bias is not None else scales,
         ],
-        [TensorType(x.dtype, [rows.shape[0], n], device)],
+        [TensorType(x.dtype, [m, n], device)],
         parameters={
             "group_size": weight.group_size,
             "has_zeros": weight.zeros is not None,

@@ -397,8 +397,11 @@ QUANTIZE_FP8_ROWS = Contract(
         "amax(|x[t, kb·block : (kb+1)·block]|) / 448 (1.0 for an all-zero block); the division "
         "runs in float64 and rounds once to float32, then to e4m3 (nearest even, clamped to "
         "±448), exactly like `quant.fp8.quantize_fp8_input(x, 1, block)` on the host (whose "
-        "scales are these, token-padded). data is e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits "
-        "on CPU), scales float32 [ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
+        "scales are these, token-padded), subnormal inputs included (a block of subnormals gets "
+        "a subnormal scale and non-zero codes, whatever the device's flush-to-zero mode); a "
+        "block holding inf or NaN gets scale NaN and every code NaN (0x7F), in both. data is "
+        "e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits on CPU), scales float32 "
+        "[ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
     ),
     rules=(
         Rule("x", "dtype bfloat16, float16 or float32", dtype_in("x", QUANTIZE_INPUT_DTYPES),
