@@ -96,7 +96,7 @@ def test_deepseek_checkpoint_is_wrapped_not_requantized() -> None:
         ({"x": np.zeros(8), "block": (1, 8)}, ValueError, "x: expected a 2-D"),
         ({"x": np.zeros((2, 2), np.int32), "block": (1, 2)}, TypeError, "x: expected a float"),
         ({"x": np.zeros((2, 2)), "block": (0, 2)}, ValueError, "block: expected positive"),
-        ({"x": np.zeros((2, 2)), "block": 128}, TypeError, "block: expected a pair"),
+        ({"x": np.zeros((2, 2)), "block": 128}, TypeError, "block must be a tuple of ints"),
         ({"x": np.full((2, 2), np.inf), "block": (1, 2)}, ValueError, "finite"),
         (
             {

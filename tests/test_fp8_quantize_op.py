@@ -122,6 +122,63 @@ def test_quantize_fp8_rows_gpu(tokens: int) -> None:
     run("gpu", tokens, seed=tokens)
 
 
+def edge_rows(case: Case) -> np.ndarray:
+    """Rows of the case's dtype (as float64) at the edges of float32: subnormal blocks (the
+    dtype's own subnormals; bf16 shares float32's), amax right around the smallest amax with a
+    normal scale (448 · 2^-126) and around the float64-path bound 2^-100, normal values mixed
+    with subnormals, and blocks holding +inf, -inf or NaN (scale NaN, codes NaN)."""
+    h, dt = case.hidden, numpy_dtype(case.dtype)
+    lin = np.linspace(-1.0, 1.0, h)
+    tiny = float(np.finfo(np.float16).smallest_subnormal) if case.dtype == DType.float16 else 1e-42
+    rows = [lin * tiny * 37, np.full(h, tiny), lin * tiny]
+    if case.dtype != DType.float16:
+        for amax in (448 * 2.0**-126, 2.0**-100, 1e-38):
+            for nudge in (-1, 0, 1):
+                a = np.nextafter(np.float32(amax), np.float32(np.inf * nudge)) if nudge else amax
+                row = lin * 0.7 * a
+                row[0] = a
+                rows.append(row)
+        mixed = lin * 3.0
+        mixed[1::2] = lin[1::2] * 1e-40
+        rows.append(mixed)
+    for bad in (np.inf, -np.inf, np.nan):
+        row = lin * 5.0
+        row[min(3, h - 1)] = bad
+        rows.append(row)
+    return np.array(rows).astype(dt).astype(np.float64)
+
+
+def run_edges(device_kind: str) -> None:
+    model, dev = compiled(device_kind)
+    rows = [edge_rows(c) for c in CASES]
+    width = max(x.shape[0] for x in rows)  # one T for all inputs: zero rows pad the shorter
+    xs = [np.concatenate([x, np.zeros((width - x.shape[0], x.shape[1]))]) for x in rows]
+    outs = model.execute(*(to_buffer(x, c.dtype).to(dev) for c, x in zip(CASES, xs, strict=True)))
+    for i, (c, x, r) in enumerate(zip(CASES, xs, rows, strict=True)):
+        nan_row = r.shape[0] - 1
+        data = outs[2 * i].to(CPU())
+        bits = (data if data.dtype == DType.uint8 else data.view(DType.uint8)).to_numpy()
+        scales = outs[2 * i + 1].to(CPU()).to_numpy()
+        want_q, want_s = quantize_fp8_input(x, 1, c.block)
+        np.testing.assert_array_equal(scales, want_s[:, :width], err_msg=f"{c}: scales")
+        bad = np.argwhere(bits != want_q.view(np.uint8))
+        assert bad.size == 0, f"{c}: e4m3 bits differ at {bad[:5].tolist()}"
+        if c.dtype == DType.float32:
+            assert 0 < scales[0, 1] < 1e-44 and (bits[1] != 0).all(), f"{c}: subnormal row"
+        assert np.isnan(scales[0, nan_row]) and (bits[nan_row, : c.block] == 0x7F).all(), (
+            f"{c}: NaN block")
+
+
+def test_subnormal_inf_nan_cpu() -> None:
+    """Subnormal, inf and NaN rows: bit-identical to the host quantizer (same graph)."""
+    run_edges("cpu")
+
+
+@pytest.mark.gpu
+def test_subnormal_inf_nan_gpu() -> None:
+    run_edges("gpu")
+
+
 def test_empty_batch_cpu() -> None:
     """T = 0 runs and returns empty outputs."""
     model, _ = compiled("cpu")
@@ -149,5 +206,5 @@ def test_bad_input_raises(case: str, t: TensorType, block: int, error: type, mat
 
 
 def test_not_a_tensor_raises() -> None:
-    with pytest.raises(TypeError, match=r"'x'.*TensorValue"):
+    with pytest.raises(TypeError, match=r"quantize_fp8_rows: x must be a TensorValue"):
         quantize_fp8_rows(np.zeros((2, 128), ml_dtypes.bfloat16), 128)  # type: ignore[arg-type]

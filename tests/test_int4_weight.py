@@ -390,7 +390,7 @@ def _valid() -> Int4Weight:
 ERROR_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     # from_codes
     ("codes-list", lambda: Int4Weight.from_codes([[8]], _ones(), None, -1),
-     TypeError, r"^codes: expected a numpy.ndarray, got list"),
+     TypeError, r"^Int4Weight: codes must be a numpy.ndarray, got list"),
     ("codes-dtype", lambda: Int4Weight.from_codes(_codes().astype(np.int32), _ones(), None, -1),
      TypeError, r"^codes: expected dtype uint8, got int32"),
     ("codes-rank", lambda: Int4Weight.from_codes(np.zeros(8, np.uint8), _ones(), None, -1),
@@ -406,9 +406,9 @@ ERROR_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("group-256", lambda: Int4Weight.from_codes(_codes(), _ones(), None, 256),
      ValueError, r"^group_size: expected one of .*, got 256"),
     ("group-float", lambda: Int4Weight.from_codes(_codes(), _ones(), None, 128.0),
-     TypeError, r"^group_size: expected an int, got float"),
+     TypeError, r"^Int4Weight: group_size must be an int, got float"),
     ("group-bool", lambda: Int4Weight.from_codes(_codes(), _ones(), None, True),
-     TypeError, r"^group_size: expected an int, got bool"),
+     TypeError, r"^Int4Weight: group_size must be an int, got bool"),
     ("scales-shape", lambda: Int4Weight.from_codes(_codes(), _ones(2), None, -1),
      ValueError, r"^scales: expected shape \(1, 64\), got \(2, 64\)"),
     ("scales-dtype", lambda: Int4Weight.from_codes(_codes(), np.ones((1, 64), int), None, -1),
@@ -443,7 +443,7 @@ ERROR_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("w-n", lambda: Int4Weight.from_float(np.ones((12, 128))),
      ValueError, r"^w: expected N a multiple of 8, got N = 12"),
     ("symmetric-type", lambda: Int4Weight.from_float(np.ones((64, 128)), 128, "yes"),
-     TypeError, r"^symmetric: expected a bool, got str"),
+     TypeError, r"^Int4Weight: symmetric must be a bool, got str"),
     # from_gptq
     ("gptq-qweight-dtype",
      lambda: Int4Weight.from_gptq(_gptq()[0].astype(np.float32), *_gptq()[1:], group_size=64),
@@ -509,7 +509,7 @@ ERROR_CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ("max-n", lambda: Int4Weight.from_max_gptq(np.zeros((66, 60), np.uint8), n=60, k=128),
      ValueError, r"^n: expected N a multiple of 8, got N = 60"),
     ("max-n-type", lambda: Int4Weight.from_max_gptq(np.zeros((66, 64), np.uint8), n="64", k=128),
-     TypeError, r"^n: expected an int, got str"),
+     TypeError, r"^Int4Weight: n must be an int, got str"),
     ("max-k-8", lambda: Int4Weight.from_max_gptq(np.zeros((66, 64), np.uint8), n=64, k=100),
      ValueError, r"^k: expected a multiple of 8 .*, got 100"),
     ("max-k-group", lambda: Int4Weight.from_max_gptq(np.zeros((99, 64), np.uint8), n=64, k=192),

@@ -424,7 +424,7 @@ def _build_call(
 _CPU, _GPU = DeviceRef.CPU(), DeviceRef.GPU()
 _FP8_PARAMS = CACHES[1].params(_CPU)
 BAD = [
-    ("kv_params type", _valid_types(kv_params="bf16"), TypeError, "'kv_params'.*KVCacheParams"),
+    ("kv_params type", _valid_types(kv_params="bf16"), TypeError, "kv_params must be .*Params"),
     (
         "cache dtype",
         _valid_types(
@@ -592,7 +592,7 @@ def test_bad_input_raises(case: str, s: dict[str, object], error: type, match: s
 @pytest.mark.parametrize(("case", "s", "error", "match"), BAD[:8], ids=[b[0] for b in BAD[:8]])
 def test_v_twin_bad_input_raises(case: str, s: dict[str, object], error: type, match: str) -> None:
     """The V twin checks the same contract and names its own op."""
-    with pytest.raises(error, match="v_matmul_ragged_paged_scale: argument " + match):
+    with pytest.raises(error, match="v_matmul_ragged_paged_scale: (argument )?" + match):
         _build_call(s, v_matmul_ragged_paged_scale)
 
 

@@ -231,7 +231,7 @@ def test_kv_projection_gpu(batch: str) -> None:
 # ------------------------------------------------------------------------ bad configuration
 _P = CACHES["bf16"].params(DeviceRef.CPU())
 BAD_INIT = [
-    ("kv_params type", {"kv_params": "bf16"}, TypeError, "'kv_params'.*KVCacheParams"),
+    ("kv_params type", {"kv_params": "bf16"}, TypeError, "kv_params must be .*KVCacheParams"),
     (
         "cache dtype",
         {"kv_params": MHAKVCacheParams(dtype=DType.float16, n_kv_heads=2, head_dim=64,

@@ -4,7 +4,7 @@ from std.math import ceildiv
 from std.sys import num_logical_cores
 from max.algorithm import sync_parallelize
 
-from .rows import F32, FP8, quantize, scale_from_amax
+from .rows import F32, FP8, U32, abs_bits, quantize, scale_from_amax
 
 comptime VW = 16
 """SIMD width of the loads, the amax and the stores."""
@@ -34,23 +34,23 @@ def quantize_rows_cpu[in_dtype: DType, block: Int](
             for kb in range(n_kb):
                 var c0 = kb * block
                 var c1 = min(H, c0 + block)
-                var vmax = SIMD[F32, VW](0)
+                var vmax = SIMD[U32, VW](0)
                 var c = c0
                 while c + VW <= c1:
-                    vmax = max(vmax, abs(src.unsafe_load[width=VW](c).cast[F32]()))
+                    vmax = max(vmax, abs_bits[VW](src.unsafe_load[width=VW](c).cast[F32]()))
                     c += VW
                 var amax = vmax.reduce_max()
                 while c < c1:
-                    amax = max(amax, abs(src[unsafe_offset=c].cast[F32]()))
+                    amax = max(amax, abs_bits[1](src[unsafe_offset=c].cast[F32]()))
                     c += 1
                 var s = scale_from_amax(amax)
                 scales[unsafe_offset=kb * T + t] = s
                 c = c0
                 while c + VW <= c1:
-                    dst.unsafe_store(c, quantize[VW](src.unsafe_load[width=VW](c).cast[F32](), s))
+                    dst.unsafe_store(c, quantize[VW](src.unsafe_load[width=VW](c).cast[F32](), s, amax))
                     c += VW
                 while c < c1:
-                    dst[unsafe_offset=c] = quantize[1](src[unsafe_offset=c].cast[F32](), s)
+                    dst[unsafe_offset=c] = quantize[1](src[unsafe_offset=c].cast[F32](), s, amax)
                     c += 1
 
     sync_parallelize(item, ceildiv(T, rows_per_item))

@@ -1,7 +1,7 @@
 """GPU path of `quantize_fp8_rows`: one warp per (token, block of columns).
 
 Lane l holds columns c0 + l + 32 i of its block in registers (each step the warp reads 32
-consecutive elements: coalesced), the warp max-reduces |x| with shuffles, every lane derives the
+consecutive elements: coalesced), the warp max-reduces the bits of |x| with shuffles, every lane derives the
 same scale, lane 0 stores it and each lane writes its e4m3 values (32 consecutive bytes per step).
 """
 
@@ -10,7 +10,7 @@ from max.gpu import WARP_SIZE, block_idx, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import max as warp_max
 
-from .rows import F32, FP8, quantize, scale_from_amax
+from .rows import F32, FP8, abs_bits, quantize, scale_from_amax
 
 comptime THREADS = 256
 comptime WARPS = THREADS // WARP_SIZE
@@ -41,11 +41,11 @@ def _quantize_kernel[in_dtype: DType, block: Int](
         var c = c0 + lane + i * WARP_SIZE
         if c < c1:
             vals[i] = src[unsafe_offset=c].cast[F32]()
-    var amax = warp_max(abs(vals).reduce_max())
+    var amax = warp_max(abs_bits[PER_LANE](vals).reduce_max())  # bits: subnormal- and NaN-safe
     var s = scale_from_amax(amax)
     if lane == 0:
         scales[unsafe_offset=kb * Int(T) + t] = s
-    var q = quantize[PER_LANE](vals, s)
+    var q = quantize[PER_LANE](vals, s, amax)
     var dst = data.unsafe_offset(t * Int(H))
     comptime for i in range(PER_LANE):
         var c = c0 + lane + i * WARP_SIZE

@@ -344,8 +344,8 @@ def launch_int4_gemm_mma[
 
 
 def _check_shapes(m: Int, n: Int, kp: Int, np_: Int) raises:
-    if m < 1 or n < 1:
-        raise Error("multistage_gemm_q: M and N must be >= 1, got M=", m, " N=", n)
+    if m < 0 or n < 1:
+        raise Error("multistage_gemm_q: M >= 0 and N >= 1 needed, got M=", m, " N=", n)
     if n % 8 != 0:
         raise Error("multistage_gemm_q: N must be a multiple of 8, got ", n)
     if kp % 128 != 0 or kp < 128:
@@ -385,6 +385,8 @@ def int4_gemm_gpu[
     comptime if group_size > 0:
         if kp % group_size != 0:
             raise Error("multistage_gemm_q: Kp=", kp, " is not a multiple of group_size=", group_size)
+    if m == 0:
+        return  # an empty batch: nothing to write, and a zero grid must not be launched
     var plan = wgmma_plan(m, n, kp)
     var v = plan[0]
     var split = split_k if split_k > 0 else plan[1]
@@ -428,6 +430,8 @@ def int4_gemm_gpu_mma[
     used below WGMMA_MIN_M tokens, and by the benchmark to time the mma.sync kernels at any M."""
     var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
     _check_shapes(m, n, kp, np_eff)
+    if m == 0:
+        return  # an empty batch: nothing to write, and a zero grid must not be launched
     var tuned = tuned_choice(m, n, kp)
     var narrow = tuned[0] == 1 if tuned[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
 

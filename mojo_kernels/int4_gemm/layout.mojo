@@ -142,12 +142,14 @@ struct Int4GemmShape(ImplicitlyCopyable):
 
         Raises an Error naming the first inconsistency. The zeros / bias tensors are only
         checked (and later read) when has_zeros / has_bias; otherwise they may be any dummy.
+        M is the output's rows; x may have more rows (never read): the graph function pads x
+        with one zero row so that its K-padding kernel never gets an empty tensor when M = 0.
         """
         comptime assert (
             group_size == -1 or group_size == 32 or group_size == 64 or group_size == 128
         ), "multistage_gemm_q: group_size must be 32, 64, 128 or -1 (per-channel)"
         comptime E = "multistage_gemm_q: "
-        var M = x_shape[0]
+        var M = out_shape[0]
         var Kp = x_shape[1]
         var Np = N_TILE * qweight_shape[0]
         var N = out_shape[1]
@@ -155,8 +157,8 @@ struct Int4GemmShape(ImplicitlyCopyable):
             raise Error(E, "Kp = x.dim(1) = ", Kp, " must be a positive multiple of ", K_ALIGN)
         if qweight_shape[1] != Kp * PACK_FACTOR:
             raise Error(E, "qweight.dim(1) = ", qweight_shape[1], " != Kp * 8 = ", Kp * PACK_FACTOR)
-        if out_shape[0] != M:
-            raise Error(E, "output has ", out_shape[0], " rows but x has ", M)
+        if x_shape[0] < M:
+            raise Error(E, "output has ", M, " rows but x only ", x_shape[0])
         if N <= 0 or N % 8 != 0 or N > Np:
             raise Error(E, "N = ", N, " must be a positive multiple of 8 and <= Np = ", Np)
         if scales_shape[1] != Np:

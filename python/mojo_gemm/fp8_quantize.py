@@ -26,7 +26,9 @@ def quantize_fp8_rows(x: TensorValue, block: int = 128) -> tuple[TensorValue, Te
     (data, scales): data [T, H] float8_e4m3fn on GPU / uint8 e4m3 bits on CPU, with
     data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]); scales float32
     [ceil(H/block), T], scales[kb, t] = amax(|x[t, kb·block : (kb+1)·block]|) / 448, or 1.0
-    for an all-zero block. Both live on x's device. Raises TypeError / ValueError
+    for an all-zero block. Subnormal x follows the same formula (bit-identical to the host
+    quantizer, on CPU and GPU alike); a block holding inf or NaN gets scale NaN and all its
+    data NaN (e4m3 0x7F). Both live on x's device. Raises TypeError / ValueError
     (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time.
     """
     QUANTIZE_FP8_ROWS.validate({"x": x, "block": block})

@@ -61,9 +61,10 @@ def grouped_matmul(
     unspecified; or, when `out` (a buffer of that shape) is given, writes into it and returns
     None (rows of inactive groups keep their contents). Raises TypeError/ValueError
     (`contracts.grouped.GROUPED_MATMUL`) at graph-build time for bad ranks, dtypes, shapes or
-    devices; runtime data is clamped as described in the module docstring.
+    devices, TypeError naming the argument for a value of the wrong Python type (e.g. a
+    TensorValue as `out`); runtime data is clamped as described in the module docstring.
     """
-    splits = tuple(a_plane_splits)
+    splits = tuple(a_plane_splits) if isinstance(a_plane_splits, (tuple, list)) else a_plane_splits
     GROUPED_MATMUL.validate(
         {
             "a": a,

@@ -12,6 +12,17 @@ from max.graph import BufferValue, DeviceRef, TensorValue, Weight
 from max.nn import Module
 
 from ._host import to_buffer
+from .contracts._rules import (
+    ARRAY,
+    BOOL,
+    BUFFER,
+    DEVICE,
+    DTYPE,
+    INT,
+    TENSOR,
+    check_types,
+    optional,
+)
 from .contracts.grouped import GROUPED_DTYPES, SWIGLU_BLOCK
 from .grouped import grouped_matmul
 from .moe_routing import interleave_gate_up
@@ -40,6 +51,13 @@ class GroupedLinear(Module):
         device: DeviceRef | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "GroupedLinear",
+            {"num_experts": num_experts, "in_features": in_features,
+             "out_features": out_features, "swiglu": swiglu, "dtype": dtype, "device": device},
+            {"num_experts": INT, "in_features": INT, "out_features": INT, "swiglu": BOOL,
+             "dtype": DTYPE, "device": optional(DEVICE)},
+        )
         if dtype not in GROUPED_DTYPES:
             raise TypeError(f"GroupedLinear: dtype must be bfloat16 or float16, got {dtype}")
         for name, value in (("num_experts", num_experts), ("in_features", in_features),
@@ -68,6 +86,14 @@ class GroupedLinear(Module):
         out: BufferValue | None = None,
     ) -> TensorValue | None:
         """x [T, in_features] (grouped) -> [T, out_features]; see `grouped_matmul`."""
+        check_types(
+            "GroupedLinear.__call__",
+            {"x": x, "a_offsets": a_offsets, "expert_ids": expert_ids,
+             "expert_usage_stats": expert_usage_stats, "row_scale": row_scale, "out": out},
+            {"x": TENSOR, "a_offsets": TENSOR, "expert_ids": TENSOR,
+             "expert_usage_stats": TENSOR, "row_scale": optional(TENSOR),
+             "out": optional(BUFFER)},
+        )
         return grouped_matmul(
             x, TensorValue(self.weight), a_offsets, expert_ids, expert_usage_stats,
             swiglu=self.swiglu, row_scale=row_scale, out=out,
@@ -81,8 +107,14 @@ class GroupedLinear(Module):
 
         Either `weights` [num_experts, N, in_features] (the bank as stored, N as above) or,
         for a swiglu layer, `gate` and `up` [num_experts, out_features, in_features].
-        Values are rounded to the layer's dtype. Raises ValueError on a shape mismatch.
+        Values are rounded to the layer's dtype. Raises ValueError on a shape mismatch,
+        TypeError naming the argument for a value that is not an array.
         """
+        check_types(
+            "GroupedLinear.expert_state",
+            {"weights": weights, "gate": gate, "up": up},
+            {"weights": optional(ARRAY), "gate": optional(ARRAY), "up": optional(ARRAY)},
+        )
         if (weights is None) == (gate is None and up is None):
             raise ValueError("GroupedLinear: give either weights or gate and up")
         if weights is None:

@@ -8,6 +8,7 @@ from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
 from .contracts import INT4_MATMUL, int4_padded
+from .contracts._rules import INT, TENSOR, check_types, instance_of, optional
 
 OP_NAME = "multistage_gemm_q"
 
@@ -30,6 +31,20 @@ class Int4WeightValues:
     k: int
     group_size: int
 
+    def __post_init__(self) -> None:
+        check_types("Int4WeightValues", self.__dict__, _WEIGHT_TYPES)
+
+
+_WEIGHT_TYPES = {
+    "qweight": TENSOR,
+    "scales": TENSOR,
+    "zeros": optional(TENSOR),
+    "perm": optional(TENSOR),
+    "n": INT,
+    "k": INT,
+    "group_size": INT,
+}
+
 
 def int4_matmul(
     x: TensorValue, weight: Int4WeightValues, bias: TensorValue | None = None
@@ -38,8 +53,15 @@ def int4_matmul(
 
     x: bfloat16 or float16 [..., K] (rank >= 2; leading dims may be symbolic);
     bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
-    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices.
+    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices, TypeError
+    naming the argument for a value of the wrong Python type.
     """
+    check_types(
+        "int4_matmul",
+        {"x": x, "weight": weight, "bias": bias},
+        {"x": TENSOR, "weight": instance_of("an Int4WeightValues", Int4WeightValues),
+         "bias": optional(TENSOR)},
+    )
     INT4_MATMUL.validate(
         {
             "x": x,
@@ -58,11 +80,17 @@ def int4_matmul(
     _, kp = int4_padded(n, k)
     leading = list(x.shape[:-1])
     rows = x.reshape([-1, k])
+    m = rows.shape[0]
+    # x's gather and K-padding run as MAX kernels, which fail at run time on an empty tensor
+    # (M = 0, symbolic here, so no build-time branch can skip them): they get one extra zero
+    # row, which the op never reads (its M is the output's rows).
     if weight.perm is not None:
         # act-order: the packed K order is the sorted-by-group order of the input features
-        rows = ops.gather(rows, weight.perm, axis=1)
-    if kp != k:
-        rows = ops.pad(rows, [0, 0, 0, kp - k])
+        rows = ops.gather(ops.pad(rows, [0, 1, 0, 0]), weight.perm, axis=1)
+        if kp != k:
+            rows = ops.pad(rows, [0, 0, 0, kp - k])
+    elif kp != k:
+        rows = ops.pad(rows, [0, 1, 0, kp - k])
     device = x.device
 
     # The op always takes zeros and bias (rank 2); when absent it never reads them, so the
@@ -79,7 +107,7 @@ def int4_matmul(
             weight.zeros if weight.zeros is not None else scales,
             bias.reshape([1, n]) if bias is not None else scales,
         ],
-        [TensorType(x.dtype, [rows.shape[0], n], device)],
+        [TensorType(x.dtype, [m, n], device)],
         parameters={
             "group_size": weight.group_size,
             "has_zeros": weight.zeros is not None,

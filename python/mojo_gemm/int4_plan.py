@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._plan_op import plan_text
 from .contracts import int4_padded
+from .contracts._rules import BOOL, INT, check_types
 
 OP_NAME = "multistage_gemm_q_plan"
 PLAN_BYTES = 256
@@ -22,6 +23,11 @@ def int4_gpu_plan(m: int, n: int, k: int, group_size: int = 128, has_zeros: bool
     m: tokens (rows of x); n, k: the layer's logical out/in features (padded as the packed
     layout pads them); group_size: 32, 64, 128 or -1; has_zeros: asymmetric weights.
     """
+    check_types(
+        "int4_gpu_plan",
+        {"m": m, "n": n, "k": k, "group_size": group_size, "has_zeros": has_zeros},
+        {"m": INT, "n": INT, "k": INT, "group_size": INT, "has_zeros": BOOL},
+    )
     if min(m, n, k) <= 0:
         raise ValueError(f"int4_gpu_plan: m, n, k must be positive, got {(m, n, k)}")
     _, kp = int4_padded(n, k)

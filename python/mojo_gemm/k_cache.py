@@ -22,7 +22,7 @@ from max.graph import DeviceRef, TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
 from ._extension import ensure_kernels_loaded
-from .contracts._rules import Contract
+from .contracts._rules import DEVICE, Contract, check_types
 from .contracts.k_cache import (
     FP8,
     FP8_BITS,
@@ -33,6 +33,7 @@ from .contracts.k_cache import (
 
 def fp8_dtype_for(device: DeviceRef) -> DType:
     """The graph dtype of fp8 data on `device`: float8_e4m3fn on GPU, uint8 (bits) on CPU."""
+    check_types("fp8_dtype_for", {"device": device}, {"device": DEVICE})
     return FP8_BITS if device.is_cpu() else FP8
 
 

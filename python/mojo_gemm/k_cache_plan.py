@@ -12,6 +12,7 @@ record the config of every row and tests can check the plan without a GPU.
 from __future__ import annotations
 
 from ._plan_op import plan_text
+from .contracts._rules import INT, INT_SEQ, check_types, optional
 
 OP_NAME = "k_matmul_ragged_paged_scale_plan"
 PLAN_BYTES = 64
@@ -33,6 +34,13 @@ def k_cache_gpu_plan(
     (default k: dense rows). Raises ValueError for a negative size or stride, k <= 0 or a
     non-positive granularity.
     """
+    check_types(
+        "k_cache_gpu_plan",
+        {"t": t, "n": n, "k": k, "granularity": granularity, "a_stride": a_stride,
+         "w_stride": w_stride},
+        {"t": INT, "n": INT, "k": INT, "granularity": INT_SEQ, "a_stride": optional(INT),
+         "w_stride": optional(INT)},
+    )
     a_stride = k if a_stride is None else a_stride
     w_stride = k if w_stride is None else w_stride
     if min(t, n, a_stride, w_stride) < 0 or k <= 0:

@@ -17,6 +17,7 @@ from max.graph import DeviceRef, TensorValue, Weight
 from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
+from .contracts._rules import ARRAY, check_types, instance_of
 from .contracts.k_cache import FP8, PAGED_KV_PROJECTION, PAGED_KV_PROJECTION_CALL
 from .fp8_quantize import quantize_fp8_rows
 from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
@@ -59,6 +60,7 @@ class PagedKVProjection(Module):
                 "hidden_size": hidden_size,
                 "layer_idx": layer_idx,
                 "dtype": dtype,
+                "device": device,
                 "block": block,
             }
         )
@@ -85,7 +87,8 @@ class PagedKVProjection(Module):
         the e4m3 rounding of K and V (kv_scale 1).
         """
         PAGED_KV_PROJECTION_CALL.validate(
-            {"x": x, "dtype": self.dtype, "hidden_size": self.hidden_size, "device": self.device}
+            {"x": x, "input_row_offsets": input_row_offsets, "kv_collection": kv_collection,
+             "dtype": self.dtype, "hidden_size": self.hidden_size, "device": self.device}
         )
         data, scales = quantize_fp8_rows(x, self.block)
         gran = (1, self.block, self.block)
@@ -109,8 +112,12 @@ class PagedKVProjection(Module):
         """The host buffers of this layer's weights (local names) from block-quantized K and V
         weights (e.g. a DeepSeek-style checkpoint via `quantize_fp8_blockwise(w,
         weight_scale_inv=...)`). Each must be [N, hidden_size] with block (block, block).
-        Raises ValueError naming the weight on a mismatch.
+        Raises ValueError naming the weight on a mismatch, TypeError when one is not an
+        `Fp8Blockwise`.
         """
+        blockwise = instance_of("an Fp8Blockwise", Fp8Blockwise)
+        check_types("PagedKVProjection.fp8_state", {"k": k, "v": v},
+                    {"k": blockwise, "v": blockwise})
         fp8_bits = fp8_dtype_for(self.device) != FP8
         state: dict[str, Buffer] = {}
         for name, w in (("k_weight", k), ("v_weight", v)):
@@ -130,7 +137,10 @@ class PagedKVProjection(Module):
         """`fp8_state` of float K and V weights [N, hidden_size] quantized blockwise
         (`quantize_fp8_blockwise`, block x block), e.g. deterministic random weights:
         `layer.load_state_dict(layer.state_from_float(wk, wv))`. Raises ValueError naming the
-        weight when its shape is not [N, hidden_size]."""
+        weight when its shape is not [N, hidden_size], TypeError when it is not an array."""
+        check_types("PagedKVProjection.state_from_float",
+                    {"k_weight": k_weight, "v_weight": v_weight},
+                    {"k_weight": ARRAY, "v_weight": ARRAY})
         for name, w in (("k_weight", k_weight), ("v_weight", v_weight)):
             if np.shape(w) != (self.n, self.hidden_size):
                 raise ValueError(

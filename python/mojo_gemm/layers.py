@@ -10,6 +10,17 @@ from max.nn import Module
 
 from ._host import to_buffer
 from .contracts import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
+from .contracts._rules import (
+    ARRAY,
+    BOOL,
+    DEVICE,
+    DTYPE,
+    INT,
+    TENSOR,
+    check_types,
+    instance_of,
+    optional,
+)
 from .int4 import Int4WeightValues, int4_matmul
 from .quant.int4 import Int4Weight
 from .quant.int4_layout import N_TILE, PACK_FACTOR
@@ -38,6 +49,14 @@ class Int4Linear(Module):
         device: DeviceRef | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "Int4Linear",
+            {"in_features": in_features, "out_features": out_features, "group_size": group_size,
+             "symmetric": symmetric, "act_order": act_order, "has_bias": has_bias,
+             "dtype": dtype, "device": device},
+            {"in_features": INT, "out_features": INT, "group_size": INT, "symmetric": BOOL,
+             "act_order": BOOL, "has_bias": BOOL, "dtype": DTYPE, "device": optional(DEVICE)},
+        )
         if dtype not in INT4_ACTIVATION_DTYPES:
             raise TypeError(f"Int4Linear: dtype must be bfloat16 or float16, got {dtype}")
         if group_size not in INT4_GROUP_SIZES:
@@ -67,6 +86,7 @@ class Int4Linear(Module):
 
     def __call__(self, x: TensorValue) -> TensorValue:
         """x: `dtype` [..., in_features] -> `dtype` [..., out_features]."""
+        check_types("Int4Linear.__call__", {"x": x}, {"x": TENSOR})
         values = Int4WeightValues(
             qweight=TensorValue(self.qweight),
             scales=TensorValue(self.scales),
@@ -82,8 +102,14 @@ class Int4Linear(Module):
         """The host buffers of this layer's weights (local names) from a packed `Int4Weight`.
 
         bias: float array [out_features], required exactly when the layer has a bias.
-        Raises ValueError when `weight` does not match the layer's configuration.
+        Raises ValueError when `weight` does not match the layer's configuration, TypeError
+        naming the argument for a value of the wrong Python type.
         """
+        check_types(
+            "Int4Linear.int4_state",
+            {"weight": weight, "bias": bias},
+            {"weight": instance_of("an Int4Weight", Int4Weight), "bias": optional(ARRAY)},
+        )
         expected = (self.out_features, self.in_features, self.group_size, self.symmetric,
                     self.act_order)
         got = (weight.n, weight.k, weight.group_size, weight.symmetric, weight.perm is not None)

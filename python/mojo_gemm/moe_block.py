@@ -25,6 +25,7 @@ from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn import Module
 
 from ._host import to_buffer
+from .contracts._rules import ARRAY, DEVICE, DTYPE, INT, TENSOR, check_types, optional
 from .contracts.grouped import GROUPED_DTYPES, SWIGLU_BLOCK
 from .grouped import grouped_matmul
 from .grouped_layer import GroupedLinear
@@ -58,6 +59,13 @@ class MoEBlock(Module):
         device: DeviceRef | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "MoEBlock",
+            {"hidden_size": hidden_size, "intermediate_size": intermediate_size,
+             "num_experts": num_experts, "top_k": top_k, "dtype": dtype, "device": device},
+            {"hidden_size": INT, "intermediate_size": INT, "num_experts": INT, "top_k": INT,
+             "dtype": DTYPE, "device": optional(DEVICE)},
+        )
         if dtype not in GROUPED_DTYPES:
             raise TypeError(f"MoEBlock: dtype must be bfloat16 or float16, got {dtype}")
         if hidden_size < 1 or hidden_size % HIDDEN_ALIGN:
@@ -82,6 +90,7 @@ class MoEBlock(Module):
                                   device=self.device)
 
     def _check_input(self, x: TensorValue) -> None:
+        check_types("MoEBlock", {"x": x}, {"x": TENSOR})
         if x.dtype != self.dtype:
             raise TypeError(f"MoEBlock: x must have dtype {self.dtype}, got {x.dtype}")
         if x.rank != 2 or x.shape[1] != self.hidden_size:
@@ -135,8 +144,12 @@ class MoEBlock(Module):
         """The host buffers of the block's weights (local names) from float arrays.
 
         router [E, hidden]; gate, up [E, intermediate, hidden]; down [E, hidden, intermediate].
-        Values are rounded to the block's dtype. Raises ValueError on a shape mismatch.
+        Values are rounded to the block's dtype. Raises ValueError on a shape mismatch,
+        TypeError naming the argument for a value that is not an array.
         """
+        check_types("MoEBlock.moe_state",
+                    {"router": router, "gate": gate, "up": up, "down": down},
+                    {"router": ARRAY, "gate": ARRAY, "up": ARRAY, "down": ARRAY})
         e, h = self.num_experts, self.hidden_size
         if np.shape(router) != (e, h):
             raise ValueError(f"MoEBlock: router must have shape {(e, h)}, got "

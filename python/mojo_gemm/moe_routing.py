@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .contracts._rules import ARRAY, INT, check_types
+
 SWIGLU_BLOCK = 8
 """Gate and up rows alternate in blocks of this many (see `interleave_gate_up`)."""
 
@@ -47,6 +49,8 @@ def group_tokens_by_expert(topk_ids: np.ndarray, num_experts: int) -> ExpertGrou
     Returns the `ExpertGrouping` (G = num_experts groups). Raises ValueError for ids outside
     [0, num_experts) or num_experts < 1, TypeError for a non-integer array.
     """
+    check_types("group_tokens_by_expert", {"topk_ids": topk_ids, "num_experts": num_experts},
+                {"topk_ids": ARRAY, "num_experts": INT})
     ids = np.asarray(topk_ids)
     if not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"group_tokens_by_expert: topk_ids must be integers, got {ids.dtype}")
@@ -92,6 +96,8 @@ def interleave_gate_up(w_gate: np.ndarray, w_up: np.ndarray) -> np.ndarray:
     rows, so output column i of `grouped_matmul(..., swiglu=True)` is silu(x·gate_i)·(x·up_i).
     I must be a multiple of 8. Also accepts [I, K] (one expert).
     """
+    check_types("interleave_gate_up", {"w_gate": w_gate, "w_up": w_up},
+                {"w_gate": ARRAY, "w_up": ARRAY})
     g, u = np.asarray(w_gate), np.asarray(w_up)
     if g.shape != u.shape or g.ndim not in (2, 3):
         raise ValueError(f"interleave_gate_up: gate and up must have the same [E, I, K] or "

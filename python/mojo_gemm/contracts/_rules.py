@@ -9,20 +9,93 @@ and the errors cannot drift apart (tests/test_contracts.py checks the README).
 
 Checks run while the graph is built, on static shapes: a symbolic dimension is accepted where
 the rule allows it (M, leading dims) and rejected where the kernel needs a number (K, N).
+
+Before any rule, every public function and layer checks the Python type of each argument with
+`check_types` (a `Contract` with `types` does it first in `validate`): `TypeError(f"{fn}: {arg}
+must be {expected}, got {type} {value}")`, so a float where an int belongs, a TensorValue where
+a buffer belongs or a tuple where the KV collection belongs never reaches MAX or a rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from max.dtype import DType
-from max.graph import Dim, StaticDim, TensorValue
+from max.graph import BufferValue, DeviceRef, Dim, StaticDim, TensorValue
+from max.nn.kv_cache import KVCacheParams
+from max.nn.kv_cache.input_types import KVCacheInputsPerDevice
 
 Args = Mapping[str, Any]
 Violation = tuple[object, object] | None
 """None when a rule holds, else (expected, actual)."""
+
+
+# ---------------------------------------------------------------- Python types of arguments
+@dataclass(frozen=True)
+class Expect:
+    """What Python type an argument must have: `label` for messages, `test` decides."""
+
+    label: str
+    test: Callable[[object], bool]
+
+    def __or__(self, other: Expect) -> Expect:
+        return Expect(f"{self.label} or {other.label}", lambda v: self.test(v) or other.test(v))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def instance_of(label: str, *types: type) -> Expect:
+    """An argument that must be an instance of one of `types`."""
+    return Expect(label, lambda v: isinstance(v, types))
+
+
+INT = Expect("an int", _is_int)
+INT_SEQ = Expect(
+    "a tuple of ints",
+    lambda v: isinstance(v, (tuple, list)) and all(map(_is_int, v)),
+)
+"""A tuple or list of ints (its length is a value rule of the op)."""
+BOOL = instance_of("a bool", bool, np.bool_)
+NONE = Expect("None", lambda v: v is None)
+TENSOR = instance_of("a TensorValue", TensorValue)
+BUFFER = instance_of("a BufferValue", BufferValue)
+DTYPE = instance_of("a max.dtype.DType", DType)
+DEVICE = instance_of("a DeviceRef", DeviceRef)
+KV_PARAMS = instance_of("a max.nn.kv_cache.KVCacheParams", KVCacheParams)
+KV_COLLECTION = instance_of("a max.nn.kv_cache.PagedCacheValues", KVCacheInputsPerDevice)
+"""(PagedCacheValues is a subscripted generic: isinstance needs its origin class.)"""
+ARRAY = Expect(
+    "a numpy array (or list / array-like)",
+    lambda v: isinstance(v, (np.ndarray, list, tuple)) or hasattr(v, "__array__"),
+)
+NDARRAY = instance_of("a numpy.ndarray", np.ndarray)
+
+
+def optional(expect: Expect) -> Expect:
+    """`expect` or None."""
+    return expect | NONE
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_types(fn: str, args: Args, types: Mapping[str, Expect]) -> None:
+    """Raises TypeError naming `fn`, the first argument whose value fails its `Expect`, the
+    expected type and the actual type and value; `args` maps argument names to values."""
+    for name, expect in types.items():
+        value = args[name]
+        if not expect.test(value):
+            raise TypeError(
+                f"{fn}: {name} must be {expect.label}, got {type(value).__name__} "
+                f"{_shown(value)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -42,9 +115,13 @@ class Contract:
     op: str
     summary: str
     rules: tuple[Rule, ...]
+    types: Mapping[str, Expect] = field(default_factory=dict)
+    """The Python type of each argument, checked (`check_types`) before any rule."""
 
     def validate(self, args: Args) -> None:
-        """Raises the first broken rule's error; `args` maps argument names to values."""
+        """Raises TypeError for an argument of the wrong Python type (`types`), else the first
+        broken rule's error; `args` maps argument names to values."""
+        check_types(self.op, args, self.types)
         for rule in self.rules:
             broken = rule.check(args)
             if broken is not None:
@@ -57,6 +134,9 @@ class Contract:
     def markdown(self) -> str:
         """The rules as a markdown list (the README's contract section)."""
         lines = [f"**`{self.op}`**: {self.summary}", ""]
+        if self.types:
+            typed = ", ".join(f"`{n}` {e.label}" for n, e in self.types.items())
+            lines += [f"- Python types (TypeError naming the argument): {typed}"]
         lines += [f"- `{rule.arg}`: {rule.text}" for rule in self.rules]
         return "\n".join(lines)
 

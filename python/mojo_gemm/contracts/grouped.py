@@ -6,12 +6,17 @@ from max.dtype import DType
 from max.graph import Dim, StaticDim
 
 from ._rules import (
+    BOOL,
+    BUFFER,
+    INT_SEQ,
+    TENSOR,
     Args,
     Contract,
     Rule,
     Violation,
     dtype_in,
     dtype_like,
+    optional,
     same_device,
     shape_of,
     static,
@@ -178,5 +183,12 @@ GROUPED_MATMUL = Contract(
                          "out")
         ),
     ),
+    types={
+        **{n: TENSOR for n in ("a", "b", "a_offsets", "expert_ids", "expert_usage_stats")},
+        "a_plane_splits": INT_SEQ,
+        "swiglu": BOOL,
+        "row_scale": optional(TENSOR),
+        "out": optional(BUFFER),
+    },
 )
 """Rules of `mojo_gemm.grouped_matmul` (and of the `grouped_matmul_sm100_persistent` op)."""

@@ -6,12 +6,15 @@ from max.dtype import DType
 
 from ..quant.int4_layout import K_ALIGN, N_TILE, PACK_FACTOR, round_up
 from ._rules import (
+    INT,
+    TENSOR,
     Args,
     Contract,
     Rule,
     Violation,
     dtype_in,
     dtype_like,
+    optional,
     same_device,
     shape_is,
     static,
@@ -107,5 +110,16 @@ INT4_MATMUL = Contract(
             for name in ("qweight", "scales", "zeros", "perm", "bias")
         ),
     ),
+    types={
+        "x": TENSOR,
+        "qweight": TENSOR,
+        "scales": TENSOR,
+        "zeros": optional(TENSOR),
+        "perm": optional(TENSOR),
+        "bias": optional(TENSOR),
+        "n": INT,
+        "k": INT,
+        "group_size": INT,
+    },
 )
 """Rules of `mojo_gemm.int4_matmul` (and of the `multistage_gemm_q` op it emits)."""

@@ -12,9 +12,24 @@ from collections.abc import Callable
 
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue
-from max.nn.kv_cache import KVCacheParams
 
-from ._rules import Args, Contract, Rule, Violation, dtype_in, shape_of, static
+from ._rules import (
+    DEVICE,
+    DTYPE,
+    INT,
+    INT_SEQ,
+    KV_COLLECTION,
+    KV_PARAMS,
+    TENSOR,
+    Args,
+    Contract,
+    Rule,
+    Violation,
+    dtype_in,
+    optional,
+    shape_of,
+    static,
+)
 
 K_CACHE_DTYPES = (DType.bfloat16, DType.float8_e4m3fn)
 """Cache dtypes the op writes: bf16 (plain rounding cast) and fp8 (k / kv_scale, then cast)."""
@@ -39,15 +54,6 @@ def _coll(a: Args, field: str) -> object:
     return getattr(a["kv_collection"], field)
 
 
-def _kv_params_type(a: Args) -> Violation:
-    p = a["kv_params"]
-    return (
-        None
-        if isinstance(p, KVCacheParams)
-        else ("a max.nn.kv_cache.KVCacheParams", type(p).__name__)
-    )
-
-
 def _kv_params_dtype(a: Args) -> Violation:
     d = a["kv_params"].dtype
     return None if d in K_CACHE_DTYPES else ("bfloat16 or float8_e4m3fn", d)
@@ -66,20 +72,8 @@ def _kv_params_plain(a: Args) -> Violation:
 
 def _granularity(a: Args) -> Violation:
     g = a["scales_granularity_mnk"]
-    ok = (
-        isinstance(g, (tuple, list))
-        and len(g) == 3
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in g)
-    )
+    ok = len(g) == 3 and all(v > 0 for v in g)
     return None if ok else ("a tuple of three positive ints (gm, gn, gk)", g)
-
-
-def _is_tensor(name: str) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        v = a[name]
-        return None if isinstance(v, TensorValue) else ("a TensorValue", type(v).__name__)
-
-    return check
 
 
 def _hidden_dtype(a: Args) -> Violation:
@@ -198,16 +192,14 @@ def _coll_tensor(field: str, dtype: DType, shape: list[int] | int) -> Callable[[
 def _layer_idx(a: Args) -> Violation:
     v = a["layer_idx"]
     layers = a["kv_params"].num_layers
-    if isinstance(v, int) and not isinstance(v, bool):
+    if not isinstance(v, TensorValue):
         return None if 0 <= v < layers else (f"an int in [0, {layers})", v)
-    if isinstance(v, TensorValue):
-        ok = v.dtype == DType.uint32 and v.rank == 0 and v.device.is_cpu()
-        return (
-            None
-            if ok
-            else ("a uint32 scalar (rank 0) on CPU", f"{v.dtype} rank {v.rank} on {v.device}")
-        )
-    return f"an int in [0, {layers}) or a uint32 scalar TensorValue", type(v).__name__
+    ok = v.dtype == DType.uint32 and v.rank == 0 and v.device.is_cpu()
+    return (
+        None
+        if ok
+        else ("a uint32 scalar (rank 0) on CPU", f"{v.dtype} rank {v.rank} on {v.device}")
+    )
 
 
 def _kv_scale(a: Args) -> Violation:
@@ -220,8 +212,6 @@ def _kv_scale(a: Args) -> Violation:
             "None (kv_scale applies to a float8_e4m3fn cache only)",
             f"a tensor for a {p.dtype} cache",
         )
-    if not isinstance(v, TensorValue):
-        return "a TensorValue or None", type(v).__name__
     heads = p.n_kv_heads_per_device
     ok = v.dtype == DType.float32 and shape_of(v) in ([1], [heads])
     return None if ok else (f"float32 [1] or [{heads}]", f"{v.dtype} {shape_of(v)}")
@@ -255,7 +245,6 @@ def _summary(half: str) -> str:
 
 
 _KV_PARAMS_RULES: tuple[Rule, ...] = (
-    Rule("kv_params", "a KVCacheParams (e.g. MHAKVCacheParams)", _kv_params_type, TypeError),
     Rule("kv_params", "dtype bfloat16 or float8_e4m3fn", _kv_params_dtype, TypeError),
     Rule(
         "kv_params",
@@ -273,7 +262,6 @@ _KV_RULES: tuple[Rule, ...] = (
         "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
         _granularity,
     ),
-    *(Rule(n, "a TensorValue", _is_tensor(n), TypeError) for n in _TENSORS),
     Rule(
         "hidden_state",
         "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
@@ -368,13 +356,23 @@ _KV_RULES: tuple[Rule, ...] = (
 )
 """The rules shared by the K op and its V twin (same operands, same kernels)."""
 
+_KV_TYPES = {
+    "kv_params": KV_PARAMS,
+    **{n: TENSOR for n in _TENSORS},
+    "kv_collection": KV_COLLECTION,
+    "scales_granularity_mnk": INT_SEQ,
+    "layer_idx": INT | TENSOR,
+    "kv_scale": optional(TENSOR),
+}
+"""Python types of the K/V ops' arguments (kv_params is e.g. an MHAKVCacheParams)."""
+
 K_MATMUL_RAGGED_PAGED_SCALE = Contract(
-    op="k_matmul_ragged_paged_scale", summary=_summary("K"), rules=_KV_RULES
+    op="k_matmul_ragged_paged_scale", summary=_summary("K"), rules=_KV_RULES, types=_KV_TYPES
 )
 """Rules of `mojo_gemm.k_matmul_ragged_paged_scale`."""
 
 V_MATMUL_RAGGED_PAGED_SCALE = Contract(
-    op="v_matmul_ragged_paged_scale", summary=_summary("V"), rules=_KV_RULES
+    op="v_matmul_ragged_paged_scale", summary=_summary("V"), rules=_KV_RULES, types=_KV_TYPES
 )
 """Rules of `mojo_gemm.k_cache.v_matmul_ragged_paged_scale` (the K op's rules, V half)."""
 
@@ -384,9 +382,7 @@ QUANTIZE_INPUT_DTYPES = (DType.bfloat16, DType.float16, DType.float32)
 
 
 def _block_positive(a: Args) -> Violation:
-    b = a["block"]
-    ok = isinstance(b, int) and not isinstance(b, bool) and b > 0
-    return None if ok else ("a positive int", b)
+    return None if a["block"] > 0 else ("a positive int", a["block"])
 
 
 def _hidden_static(a: Args) -> Violation:
@@ -401,17 +397,20 @@ QUANTIZE_FP8_ROWS = Contract(
         "amax(|x[t, kb·block : (kb+1)·block]|) / 448 (1.0 for an all-zero block); the division "
         "runs in float64 and rounds once to float32, then to e4m3 (nearest even, clamped to "
         "±448), exactly like `quant.fp8.quantize_fp8_input(x, 1, block)` on the host (whose "
-        "scales are these, token-padded). data is e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits "
-        "on CPU), scales float32 [ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
+        "scales are these, token-padded), subnormal inputs included (a block of subnormals gets "
+        "a subnormal scale and non-zero codes, whatever the device's flush-to-zero mode); a "
+        "block holding inf or NaN gets scale NaN and every code NaN (0x7F), in both. data is "
+        "e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits on CPU), scales float32 "
+        "[ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
     ),
     rules=(
-        Rule("x", "a TensorValue", _is_tensor("x"), TypeError),
         Rule("x", "dtype bfloat16, float16 or float32", dtype_in("x", QUANTIZE_INPUT_DTYPES),
              TypeError),
         Rule("x", "rank 2 [T, H] (T may be symbolic)", _rank("x", 2)),
         Rule("x", "H (dim 1) static and positive", _hidden_static),
         Rule("block", "a positive int (columns per scale)", _block_positive),
     ),
+    types={"x": TENSOR, "block": INT},
 )
 """Rules of `mojo_gemm.fp8_quantize.quantize_fp8_rows`."""
 
@@ -419,17 +418,14 @@ QUANTIZE_FP8_ROWS = Contract(
 # ------------------------------------------------------------ the PagedKVProjection layer
 def _positive_int(name: str) -> Callable[[Args], Violation]:
     def check(a: Args) -> Violation:
-        v = a[name]
-        ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
-        return None if ok else ("a positive int", v)
+        return None if a[name] > 0 else ("a positive int", a[name])
 
     return check
 
 
 def _layer_in_range(a: Args) -> Violation:
     v, layers = a["layer_idx"], a["kv_params"].num_layers
-    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < layers
-    return None if ok else (f"an int in [0, {layers})", v)
+    return None if 0 <= v < layers else (f"an int in [0, {layers})", v)
 
 
 def _dtype_member(name: str, allowed: tuple[DType, ...]) -> Callable[[Args], Violation]:
@@ -458,6 +454,8 @@ PAGED_KV_PROJECTION = Contract(
         Rule("block", "a positive int (scale block of activations and weights)",
              _positive_int("block")),
     ),
+    types={"kv_params": KV_PARAMS, "hidden_size": INT, "layer_idx": INT, "dtype": DTYPE,
+           "device": DEVICE, "block": INT},
 )
 """Construction rules of `mojo_gemm.kv_projection.PagedKVProjection`."""
 
@@ -480,8 +478,8 @@ def _x_device(a: Args) -> Violation:
 PAGED_KV_PROJECTION_CALL = Contract(
     op="PagedKVProjection.__call__",
     summary="x must match the layer's dtype, hidden size and device; the rest is the ops' rules.",
+    types={"x": TENSOR, "input_row_offsets": TENSOR, "kv_collection": KV_COLLECTION},
     rules=(
-        Rule("x", "a TensorValue", _is_tensor("x"), TypeError),
         Rule("x", "the layer's dtype", _x_dtype, TypeError),
         Rule("x", "rank 2 [T, hidden_size]", _rank("x", 2)),
         Rule("x", "dim 1 equals the layer's hidden_size", _x_hidden),

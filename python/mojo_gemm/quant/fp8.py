@@ -20,22 +20,23 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from ..contracts._rules import ARRAY, INT, INT_SEQ, check_types, instance_of, optional
+
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 """numpy dtype of float8_e4m3fn values."""
 E4M3_MAX = 448.0
 """Largest finite float8_e4m3fn magnitude."""
+E4M3_NAN_BITS = np.uint8(0x7F)
+"""The float8_e4m3fn NaN a block holding inf or NaN is quantized to (`quantize_fp8_input`)."""
 SCALE_ROW_ALIGN = 4
 """MAX's dynamic quantizer pads the token dimension of input_scale to 16 bytes of float32."""
 
 
-def _block(block: object) -> tuple[int, int]:
-    if (
-        not isinstance(block, (tuple, list))
-        or len(block) != 2
-        or not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in block)
-    ):
-        raise TypeError(f"block: expected a pair of ints (rows, cols), got {block!r}")
-    br, bc = int(block[0]), int(block[1])
+def _block(fn: str, block: object) -> tuple[int, int]:
+    check_types(fn, {"block": block}, {"block": INT_SEQ})
+    if len(block) != 2:  # type: ignore[arg-type]
+        raise ValueError(f"{fn}: block must be a pair (rows, cols), got {block!r}")
+    br, bc = int(block[0]), int(block[1])  # type: ignore[index]
     if br < 1 or bc < 1:
         raise ValueError(f"block: expected positive sizes, got {(br, bc)}")
     return br, bc
@@ -80,7 +81,8 @@ class Fp8Blockwise:
     block: tuple[int, int]
 
     def __post_init__(self) -> None:
-        br, bc = _block(self.block)
+        check_types("Fp8Blockwise", self.__dict__, {"data": ARRAY, "scales": ARRAY})
+        br, bc = _block("Fp8Blockwise", self.block)
         data = _as_e4m3(self.data, "data")
         if data.ndim != 2:
             raise ValueError(f"data: expected a 2-D array, got shape {data.shape}")
@@ -122,13 +124,18 @@ def quantize_fp8_blockwise(
     """Block-quantizes a 2-D float array to float8_e4m3fn with one float32 scale per block.
 
     scale = amax(|block|) / 448 (1.0 for an all-zero block), data = round_e4m3(x / scale).
+    Subnormal inputs quantize by the same formula (in float64: a block of float32 subnormals
+    gets a subnormal float32 scale and non-zero codes); inf or NaN raise ValueError (a weight
+    holding them is broken; activations go through `quantize_fp8_input`).
     With `weight_scale_inv` (a DeepSeek-V3 FP8 checkpoint: `weight` float8_e4m3fn [N, K] and
     `weight_scale_inv` float32 [ceil(N/128), ceil(K/128)]), `x` must already be the e4m3 data
     (or its uint8 bits); nothing is re-quantized, the pair is checked and wrapped (the
     checkpoint's scale multiplies, as the op's weight_scale does).
     Raises TypeError / ValueError naming the argument.
     """
-    br, bc = _block(block)
+    check_types("quantize_fp8_blockwise", {"x": x, "weight_scale_inv": weight_scale_inv},
+                {"x": ARRAY, "weight_scale_inv": optional(ARRAY)})
+    br, bc = _block("quantize_fp8_blockwise", block)
     if weight_scale_inv is not None:
         return Fp8Blockwise(_as_e4m3(x, "x"), np.asarray(weight_scale_inv), (br, bc))
     arr = np.asarray(x)
@@ -138,11 +145,24 @@ def quantize_fp8_blockwise(
         raise TypeError(f"x: expected a float array, got dtype {arr.dtype}")
     values = arr.astype(np.float64)
     if not np.isfinite(values).all():
-        raise ValueError("x: expected finite values")
-    amax = block_amax(values, (br, bc))
-    scales = np.where(amax > 0, amax / E4M3_MAX, 1.0).astype(np.float32)
-    full = expand_scales(scales.astype(np.float64), (br, bc), values.shape)
-    return Fp8Blockwise(to_e4m3(values / full), scales, (br, bc))
+        raise ValueError("quantize_fp8_blockwise: x must be finite, got inf or NaN values")
+    return _quantize(values, (br, bc))
+
+
+def _quantize(values: np.ndarray, block: tuple[int, int]) -> Fp8Blockwise:
+    """The block quantization of float64 values [R, C]; a block holding inf or NaN gets scale
+    NaN and NaN codes (0x7F), as the graph op `quantize_fp8_rows` gives it."""
+    with np.errstate(invalid="ignore"):
+        amax = block_amax(values, block)
+    bad = ~np.isfinite(amax)
+    scales = np.where(bad, np.nan, np.where(amax > 0, amax / E4M3_MAX, 1.0)).astype(np.float32)
+    full = expand_scales(scales.astype(np.float64), block, values.shape)
+    with np.errstate(invalid="ignore"):
+        data = to_e4m3(values / full)
+    if bad.any():
+        poisoned = expand_scales(bad, block, values.shape)
+        data = np.where(poisoned, E4M3_NAN_BITS, data.view(np.uint8)).astype(np.uint8).view(E4M3)
+    return Fp8Blockwise(data, scales, block)
 
 
 def quantize_fp8_input(
@@ -152,9 +172,18 @@ def quantize_fp8_input(
 
     input_scale is [ceil(K/gk), Tp] with Tp = ceil(T/gm) rounded up to `row_align` (MAX's
     quantizer pads to 16 bytes); entry [kb, i] scales tokens [i·gm, (i+1)·gm) x columns
-    [kb·gk, (kb+1)·gk). Padding entries are 1.0.
+    [kb·gk, (kb+1)·gk). Padding entries are 1.0. Bit-identical to the graph op
+    `quantize_fp8_rows` (gm = 1) on bfloat16/float16/float32 values, subnormals included; a
+    block holding inf or NaN gets scale NaN and all its codes NaN (0x7F) in both.
     """
-    q = quantize_fp8_blockwise(x, (gm, gk))
+    check_types("quantize_fp8_input", {"x": x, "gm": gm, "gk": gk, "row_align": row_align},
+                {"x": ARRAY, "gm": INT, "gk": INT, "row_align": INT})
+    arr = np.asarray(x)
+    if arr.ndim != 2:
+        raise ValueError(f"quantize_fp8_input: x must be a 2-D array [T, K], got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.floating) or arr.dtype == np.dtype(ml_dtypes.bfloat16)):
+        raise TypeError(f"quantize_fp8_input: x must be a float array, got dtype {arr.dtype}")
+    q = _quantize(arr.astype(np.float64), _block("quantize_fp8_input", (gm, gk)))
     rows = q.scales.shape[0]
     padded = -(-rows // row_align) * row_align if row_align > 1 else rows
     scale_t = np.ones((q.scales.shape[1], padded), np.float32)
@@ -168,8 +197,11 @@ def fp8_buffer(array: np.ndarray, device: object | None = None) -> object:
     CPU: uint8 bits (CPU graphs cannot hold float8); accelerator: float8_e4m3fn, copied there.
     `array` holds float8_e4m3fn values or their uint8 bits.
     """
-    from max.driver import CPU, Buffer
+    from max.driver import CPU, Buffer, Device
     from max.dtype import DType
+
+    check_types("fp8_buffer", {"array": array, "device": device},
+                {"array": ARRAY, "device": optional(instance_of("a max.driver Device", Device))})
 
     bits = np.ascontiguousarray(_as_e4m3(array, "array")).view(np.uint8)
     host = Buffer.from_numpy(bits)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mojo_gemm.contracts._rules import BOOL, INT, NDARRAY, check_types
 from mojo_gemm.quant.checkpoint_formats import (
     NIBBLES_PER_WORD,
     act_order_perm,
@@ -47,12 +48,13 @@ CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
 
 # --------------------------------------------------------------------------------------------
 # argument checks (messages name the argument, the expectation and the actual value)
+FN = "Int4Weight"
+"""The name Python-type errors (`check_types`) give for every constructor's arguments."""
 
 
 def _check_int(name: str, value: object, minimum: int = 1) -> int:
     """Return `value` if it is an int >= minimum; TypeError / ValueError naming `name` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    check_types(FN, {name: value}, {name: INT})
     if value < minimum:
         raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
     return int(value)
@@ -60,8 +62,7 @@ def _check_int(name: str, value: object, minimum: int = 1) -> int:
 
 def _check_group_size(group_size: object) -> int:
     """Return group_size if it is one of GROUP_SIZES; TypeError / ValueError otherwise."""
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
-        raise TypeError(f"group_size: expected an int, got {type(group_size).__name__}")
+    check_types(FN, {"group_size": group_size}, {"group_size": INT})
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size: expected one of {GROUP_SIZES}, got {group_size}")
     return int(group_size)
@@ -69,8 +70,7 @@ def _check_group_size(group_size: object) -> int:
 
 def _check_array(name: str, value: object, ndim: int) -> np.ndarray:
     """Return `value` if it is a numpy array of rank `ndim`; TypeError / ValueError otherwise."""
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(value).__name__}")
+    check_types(FN, {name: value}, {name: NDARRAY})
     if value.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-D array, got shape {value.shape}")
     return value
@@ -314,8 +314,7 @@ class Int4Weight:
         Every element dequantizes to within s / 2 of w. All-zero groups get s = 0.
         """
         group_size = _check_group_size(group_size)
-        if not isinstance(symmetric, bool):
-            raise TypeError(f"symmetric: expected a bool, got {type(symmetric).__name__}")
+        check_types(FN, {"symmetric": symmetric}, {"symmetric": BOOL})
         arr = _check_array("w", w, 2)
         n, k = arr.shape
         if n == 0 or k == 0:
