@@ -2,7 +2,9 @@
 
 Per layer: RMSNorm → attention (Q and O projections int4 through `Int4Linear`; K and V
 projections FP8 through `PagedKVProjection`, written into MAX's paged KV cache; attention itself
-is a plain graph implementation over the paged cache, used on CPU and GPU alike) → residual →
+either a plain graph implementation over the paged cache, used on CPU and GPU alike
+(`DecoderConfig.attention == "graph"`), or MAX's own paged flash-attention kernel with a causal
+mask, what a MAX model runs, GPU only (`"flash"`)) → residual →
 RMSNorm → `MoEBlock` (router top-k, grouped SwiGLU experts) → residual; then a final RMSNorm and
 a bf16 LM head. No positional encoding (NoPE): the K op stores raw projections, and causality
 comes from the mask alone.
@@ -14,7 +16,8 @@ router and LM head produce float32 logits, so top-k and argmax never see bf16 ti
 
 Graph inputs (see `graph_input_types`): tokens int64 [T] (all sequences' new tokens, ragged,
 concatenated), input_row_offsets uint32 [B + 1], then MAX's paged-cache inputs for the cache
-(`KVCacheParams.get_symbolic_inputs`). Outputs: logits float32 [T, vocab] for every new token and
+(`KVCacheParams.get_symbolic_inputs`), with MAX's attention dispatch metadata (int64 [4], on
+the host) last when attention is "flash". Outputs: logits float32 [T, vocab] for every new token and
 the greedy next token int64 [B] of each sequence (argmax at its last new token).
 """
 
@@ -27,6 +30,8 @@ from max.driver import Buffer
 from max.dtype import DType
 from max.graph import BufferType, DeviceRef, Dim, Graph, TensorType, TensorValue, Weight, ops
 from max.nn import LayerList, Module
+from max.nn.attention import MHAMaskVariant
+from max.nn.kernels import flash_attention_ragged
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
 from .._host import to_buffer
@@ -42,11 +47,18 @@ FP8_BLOCK = 128
 """K/V projection scale block (activations 1 x 128, weights 128 x 128)."""
 _MASKED = -1.0e30
 """Score of a masked (future or unused) cache slot; exp underflows to exactly 0."""
+ATTENTION_KINDS = ("graph", "flash")
+"""`DecoderConfig.attention`: plain graph attention (CPU and GPU) or MAX's flash kernel (GPU)."""
 
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Sizes of the example decoder (defaults: ~7 M parameters, compiles in about a minute)."""
+    """Sizes of the example decoder (defaults: ~7 M parameters, compiles in about a minute).
+
+    attention: "graph" (attention as plain graph ops over the gathered pages; CPU and GPU) or
+    "flash" (MAX's paged flash-attention kernel `flash_attention_ragged`, causal mask; GPU
+    only, and the graph takes MAX's attention dispatch metadata as its last input).
+    """
 
     vocab_size: int = 1024
     hidden_size: int = 512
@@ -60,8 +72,29 @@ class DecoderConfig:
     int4_group_size: int = 128
     page_size: int = 16
     rms_eps: float = 1e-5
+    attention: str = "graph"
+
+    @classmethod
+    def olmoe(cls, num_layers: int = 4, **overrides: int | float | str) -> DecoderConfig:
+        """OLMoE-1B-7B's dimensions (hidden 2048, 16 query and 16 KV heads of 128, 64 experts,
+        top-8, expert intermediate 1024, page 128, flash attention) with `num_layers` layers.
+
+        The vocabulary is kept small (256; OLMoE's is 50304): the LM head is not part of what
+        the real-size benchmark times. `overrides` replace any other field.
+        """
+        fields: dict[str, int | float | str] = {
+            "vocab_size": 256, "hidden_size": 2048, "num_layers": num_layers, "num_heads": 16,
+            "num_kv_heads": 16, "head_dim": 128, "num_experts": 64, "top_k": 8,
+            "moe_intermediate_size": 1024, "int4_group_size": 128, "page_size": 128,
+            "attention": "flash",
+        }
+        fields.update(overrides)
+        return cls(**fields)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"DecoderConfig: attention must be one of {ATTENTION_KINDS}, "
+                             f"got {self.attention!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"DecoderConfig: num_heads ({self.num_heads}) must be a multiple "
                              f"of num_kv_heads ({self.num_kv_heads})")
@@ -240,16 +273,24 @@ class DecoderLayer(Module):
                             dtype=DTYPE, device=device)
 
     def attention(self, x: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
-                  layout: TokenLayout) -> TensorValue:
+                  layout: TokenLayout | None) -> TensorValue:
         """x bf16 [T, H] (normed) -> bf16 [T, q_size]: causal attention over the paged cache.
 
-        Writes this step's K and V first (`PagedKVProjection`), then reads the layer's pages
-        back through each token's lookup-table row.
+        Writes this step's K and V first (`PagedKVProjection`), then either reads the layer's
+        pages back through each token's lookup-table row (`layout`, "graph" attention) or runs
+        MAX's flash kernel over the cache (`layout` None, "flash" attention).
         """
         c = self.config
         t = x.shape[0]
         hk, grp, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
         self.kv_proj(x, offsets, kv)
+        if layout is None:
+            q = ops.reshape(self.q_proj(x), [t, c.num_heads, d])
+            out = flash_attention_ragged(
+                c.kv_params(x.device), q, offsets, kv,
+                ops.constant(self.layer_idx, DType.uint32, device=DeviceRef.CPU()),
+                MHAMaskVariant.CAUSAL_MASK, scale=1.0 / float(np.sqrt(d)))
+            return ops.reshape(out, [t, c.q_size])
         q = ops.reshape(_f32(self.q_proj(x)), [t, hk, grp, d])
         blocks = ops.buffer_load(kv.kv_blocks)  # after the in-place K/V writes (buffer chain)
         p = layout.pages.shape[1]
@@ -269,8 +310,8 @@ class DecoderLayer(Module):
         return _bf16(ops.reshape(out, [t, c.q_size]))
 
     def __call__(self, h: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
-                 layout: TokenLayout) -> TensorValue:
-        """Residual stream float32 [T, H] -> float32 [T, H]."""
+                 layout: TokenLayout | None) -> TensorValue:
+        """Residual stream float32 [T, H] -> float32 [T, H] (`layout` None: flash attention)."""
         attn = self.attention(_bf16(self.attn_norm(h)), offsets, kv, layout)
         h = h + _f32(self.o_proj(attn))
         return h + _f32(self.moe(_bf16(self.ffn_norm(h))))
@@ -301,7 +342,8 @@ class MoEDecoder(Module):
         """tokens int64 [T], input_row_offsets uint32 [B + 1], the cache values ->
         (logits float32 [T, vocab], next token int64 [B]); writes this step's K/V."""
         t = tokens.shape[0]
-        layout = token_layout(t, offsets, kv, self.config.page_size)
+        layout = (token_layout(t, offsets, kv, self.config.page_size)
+                  if self.config.attention == "graph" else None)
         h = _f32(ops.gather(TensorValue(self.embed_weight), tokens, axis=0))
         for layer in self.layers:
             h = layer(h, offsets, kv, layout)
@@ -336,21 +378,32 @@ def graph_input_types(config: DecoderConfig,
                       device: DeviceRef) -> list[TensorType | BufferType]:
     """tokens int64 ["total_tokens"], input_row_offsets uint32 ["batch_plus_one"], then the
     paged cache's inputs as MAX declares them (`get_symbolic_inputs`): kv_blocks, cache_lengths,
-    lookup_table, max_prompt_length, max_cache_length, page_stride."""
+    lookup_table, max_prompt_length, max_cache_length, page_stride, and for "flash" attention
+    the attention dispatch metadata (int64 [4] on the CPU: batch size, max prompt length,
+    decode partitions, max cache length; `MHAAttnKey`)."""
     cache = config.kv_params(device).get_symbolic_inputs()[0]
-    return [TensorType(DType.int64, ["total_tokens"], device),
-            TensorType(DType.uint32, ["batch_plus_one"], device),
-            cache.kv_blocks, cache.cache_lengths, cache.lookup_table, cache.max_prompt_length,
-            cache.max_cache_length, cache.page_stride]
+    types = [TensorType(DType.int64, ["total_tokens"], device),
+             TensorType(DType.uint32, ["batch_plus_one"], device),
+             cache.kv_blocks, cache.cache_lengths, cache.lookup_table, cache.max_prompt_length,
+             cache.max_cache_length, cache.page_stride]
+    if config.attention == "flash":
+        assert cache.attention_dispatch_metadata is not None  # MHA params always declare it
+        types.append(cache.attention_dispatch_metadata)
+    return types
 
 
-def build_graph(model: MoEDecoder) -> Graph:
-    """The decoder's one graph (symbolic tokens, batch, pages): serves prefill and decode."""
-    types = graph_input_types(model.config, model.device)
+def build_graph(model: Module) -> Graph:
+    """The decoder's one graph (symbolic tokens, batch, pages): serves prefill and decode.
+
+    `model`: a `MoEDecoder`, or any module with its call signature and `config` / `device`
+    attributes (e.g. a variant built from other ops)."""
+    config: DecoderConfig = model.config
+    types = graph_input_types(config, model.device)
     with Graph("moe_decoder", input_types=types) as graph:
-        tokens, offsets, blocks, lengths, lut, max_prompt, max_cache, stride = graph.inputs
+        tokens, offsets, blocks, lengths, lut, max_prompt, max_cache, stride, *meta = graph.inputs
         kv = PagedCacheValues(kv_blocks=blocks.buffer, cache_lengths=lengths.tensor,
                               lookup_table=lut.tensor, max_prompt_length=max_prompt.tensor,
-                              max_cache_length=max_cache.tensor, page_stride=stride.tensor)
+                              max_cache_length=max_cache.tensor, page_stride=stride.tensor,
+                              attention_dispatch_metadata=meta[0].tensor if meta else None)
         graph.output(*model(tokens.tensor, offsets.tensor, kv))
     return graph

@@ -6,12 +6,18 @@ e4m3 exactly as the graph does (`quantize_fp8_input`). Those rounding points are
 reference skipped them, its hidden states would drift ~1e-2 (relative) from the graph's and flip
 near-tied router top-k choices and greedy tokens. With them, the two differ only by float32 vs
 float64 accumulation (~1e-6), and every decision is taken from the same numbers.
+
+The "flash" decoder (MAX's flash-attention kernel) computes the same causal softmax attention;
+where it rounds (scores, unnormalized probabilities) is the kernel's own, so its outputs differ
+from this reference by bf16 rounding (~1e-3 .. 1e-2 relative) and a router decision whose top-k
+margin is smaller than that may flip: `ReferenceDecoder.route_margins` reports the margins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 from max.dtype import DType
 
@@ -83,11 +89,22 @@ def fp8_input_dequantized(x: np.ndarray, block: int) -> np.ndarray:
     return data.astype(np.float64) * per_col[:, : x.shape[1]]
 
 
+def _bf16_as_f32(w: np.ndarray) -> np.ndarray:
+    """w rounded to bf16 as float32 (exact); bf16 arrays are widened by a bit shift (fast)."""
+    if w.dtype == ml_dtypes.bfloat16:
+        return (np.ascontiguousarray(w).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return round_to(w, DTYPE).astype(np.float32)
+
+
 class ReferenceDecoder:
     """`models.decoder.MoEDecoder` in float64 numpy, with its own per-sequence K/V cache.
 
     Uses the same quantized weights (int4 and fp8 dequantized, the rest rounded to bf16) and
-    rounds where the graph does (see the module docstring and `models.decoder`).
+    rounds where the graph does (see the module docstring and `models.decoder`). Expert weights
+    are rounded when an expert is first routed to (float32 copies hold the bf16 values
+    exactly), so real-size configurations cost only the experts a few tokens use. After each
+    `step`, `route_margins` holds the smallest top-k router margin of every layer: (k-th largest
+    logit − (k+1)-th) / std of the token's logits, minimized over the step's tokens.
     """
 
     def __init__(self, weights: DecoderWeights, num_sequences: int) -> None:
@@ -98,13 +115,45 @@ class ReferenceDecoder:
         self.layers = [
             {"attn_norm": round_to(w.attn_norm, DTYPE), "ffn_norm": round_to(w.ffn_norm, DTYPE),
              "q": w.q.dequantize().astype(np.float64), "o": w.o.dequantize().astype(np.float64),
-             "k": w.k.dequantize(), "v": w.v.dequantize(),
-             "moe": (w.router, w.gate, w.up, w.down)}
+             "k": w.k.dequantize(), "v": w.v.dequantize(), "router": round_to(w.router, DTYPE)}
             for w in weights.layers
         ]
+        self._weights = weights
+        self._experts: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         empty = np.zeros((0, c.num_kv_heads, c.head_dim))
         self.k_cache = [[empty] * num_sequences for _ in range(c.num_layers)]
         self.v_cache = [[empty] * num_sequences for _ in range(c.num_layers)]
+        self.route_margins = [float("inf")] * c.num_layers
+
+    def _expert(self, li: int, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Layer li's expert e: (gate [I, H], up [I, H], down [H, I]) bf16 values as float32."""
+        if (li, e) not in self._experts:
+            w = self._weights.layers[li]
+            self._experts[li, e] = (_bf16_as_f32(w.gate[e]), _bf16_as_f32(w.up[e]),
+                                    _bf16_as_f32(w.down[e]))
+        return self._experts[li, e]
+
+    def _moe(self, li: int, x: np.ndarray) -> np.ndarray:
+        """`moe_reference` of layer li for x [n, H] (bf16 values), grouped by expert; records
+        the step's smallest router margin of the layer in `route_margins`."""
+        c, router = self.config, self.layers[li]["router"]
+        logits = x @ router.T
+        ordered = -np.sort(-logits, axis=1)
+        if c.top_k < c.num_experts:
+            gap = (ordered[:, c.top_k - 1] - ordered[:, c.top_k]) / logits.std(axis=1)
+            self.route_margins[li] = min(self.route_margins[li], float(gap.min()))
+        ids, weights = moe_route(x, router, c.top_k)
+        contrib = np.zeros((x.shape[0], c.top_k, x.shape[1]))
+        for e in np.unique(ids):
+            rows, cols = np.nonzero(ids == e)
+            gate, up, down = (m.astype(np.float64) for m in self._expert(li, int(e)))
+            xe = x[rows]
+            act = round_to(silu(xe @ gate.T) * (xe @ up.T), DTYPE)
+            contrib[rows, cols] = round_to((act @ down.T) * weights[rows, cols][:, None], DTYPE)
+        y = contrib[:, 0].copy()
+        for j in range(1, c.top_k):  # the choices in order, as moe_reference sums them
+            y += contrib[:, j]
+        return round_to(y, DTYPE)
 
     def _attention(self, li: int, seq: int, x: np.ndarray) -> np.ndarray:
         """Sequence `seq`'s new normed tokens x [n, H] -> bf16-rounded attention output."""
@@ -132,6 +181,7 @@ class ReferenceDecoder:
         sequence in order) -> (logits float64 [T, vocab] in the order given, greedy next ids
         int64 [B])."""
         c = self.config
+        self.route_margins = [float("inf")] * c.num_layers
         seqs = range(len(tokens)) if sequences is None else sequences
         hs = [self.embed[np.asarray(t, np.int64)] for t in tokens]
         for li, w in enumerate(self.layers):
@@ -139,7 +189,7 @@ class ReferenceDecoder:
                 x = round_to(rms_norm(h, w["attn_norm"], c.rms_eps), DTYPE)
                 h += round_to(self._attention(li, seq, x) @ w["o"].T, DTYPE)
                 x = round_to(rms_norm(h, w["ffn_norm"], c.rms_eps), DTYPE)
-                h += moe_reference(x, *w["moe"], c.top_k, DTYPE)[0]
+                h += self._moe(li, x)
         logits = [round_to(rms_norm(h, self.final_norm, c.rms_eps), DTYPE) @ self.lm_head.T
                   for h in hs]
         next_ids = np.array([int(np.argmax(lg[-1])) for lg in logits], np.int64)
