@@ -89,11 +89,12 @@ def fp8_input_dequantized(x: np.ndarray, block: int) -> np.ndarray:
     return data.astype(np.float64) * per_col[:, : x.shape[1]]
 
 
-def _bf16_as_f32(w: np.ndarray) -> np.ndarray:
-    """w rounded to bf16 as float32 (exact); bf16 arrays are widened by a bit shift (fast)."""
+def _bf16_as_f64(w: np.ndarray) -> np.ndarray:
+    """w rounded to bf16, as float64; bf16 arrays are widened by a bit shift (fast)."""
     if w.dtype == ml_dtypes.bfloat16:
-        return (np.ascontiguousarray(w).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return round_to(w, DTYPE).astype(np.float32)
+        bits = np.ascontiguousarray(w).view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).astype(np.float64)
+    return round_to(w, DTYPE)
 
 
 class ReferenceDecoder:
@@ -101,8 +102,8 @@ class ReferenceDecoder:
 
     Uses the same quantized weights (int4 and fp8 dequantized, the rest rounded to bf16) and
     rounds where the graph does (see the module docstring and `models.decoder`). Expert weights
-    are rounded when an expert is first routed to (float32 copies hold the bf16 values
-    exactly), so real-size configurations cost only the experts a few tokens use. After each
+    are rounded (and kept, float64) when an expert is first routed to, so a real-size
+    configuration costs only the experts a few tokens use (OLMoE: 50 MB each). After each
     `step`, `route_margins` holds the smallest top-k router margin of every layer: (k-th largest
     logit − (k+1)-th) / std of the token's logits, minimized over the step's tokens.
     """
@@ -126,11 +127,11 @@ class ReferenceDecoder:
         self.route_margins = [float("inf")] * c.num_layers
 
     def _expert(self, li: int, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Layer li's expert e: (gate [I, H], up [I, H], down [H, I]) bf16 values as float32."""
+        """Layer li's expert e: (gate [I, H], up [I, H], down [H, I]) bf16 values, float64."""
         if (li, e) not in self._experts:
             w = self._weights.layers[li]
-            self._experts[li, e] = (_bf16_as_f32(w.gate[e]), _bf16_as_f32(w.up[e]),
-                                    _bf16_as_f32(w.down[e]))
+            self._experts[li, e] = (_bf16_as_f64(w.gate[e]), _bf16_as_f64(w.up[e]),
+                                    _bf16_as_f64(w.down[e]))
         return self._experts[li, e]
 
     def _moe(self, li: int, x: np.ndarray) -> np.ndarray:
@@ -146,7 +147,7 @@ class ReferenceDecoder:
         contrib = np.zeros((x.shape[0], c.top_k, x.shape[1]))
         for e in np.unique(ids):
             rows, cols = np.nonzero(ids == e)
-            gate, up, down = (m.astype(np.float64) for m in self._expert(li, int(e)))
+            gate, up, down = self._expert(li, int(e))
             xe = x[rows]
             act = round_to(silu(xe @ gate.T) * (xe @ up.T), DTYPE)
             contrib[rows, cols] = round_to((act @ down.T) * weights[rows, cols][:, None], DTYPE)
