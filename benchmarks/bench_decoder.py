@@ -393,10 +393,19 @@ def run_model(name: str, weights: DecoderWeights, schedule: list[list[list[int]]
     seqs = Sequences()
     rec = check(name, runner, weights, seqs.take(len(schedule[0])), schedule, ref[0], ref[1])
     rng = np.random.default_rng(5)
-    rows = time_decode(runner, name, c, seqs.take(decode_n), batches, rng)
-    rows += time_prefill(runner, name, c, seqs, prefill, prefill_reps, rng)
-    del runner
-    return rows, rec
+    rows: list[dict[str, Any]] = []
+    decode_seqs = seqs.take(decode_n)
+    # A failing phase (e.g. a graph that cannot be captured) is recorded; the other still runs.
+    for phase, run in (("decode", lambda: time_decode(runner, name, c, decode_seqs, batches,
+                                                      rng)),
+                       ("prefill", lambda: time_prefill(runner, name, c, seqs, prefill,
+                                                        prefill_reps, rng))):
+        try:
+            rows += run()
+        except Exception as e:  # report and go on: the JSON keeps the error
+            rec[f"{phase}_error"] = repr(e)[:800]
+            log(f"{name} {phase}: FAILED {e!r}"[:800])
+    return rows, rec  # the runner (and its cache) is freed here, before the next model
 
 
 def max_model(weights: DecoderWeights) -> Any:
