@@ -308,7 +308,8 @@ def time_decode(runner: Any, model: str, c: DecoderConfig, decode_seqs: list[int
             seqs = decode_seqs[:b]
             tokens = [[int(t)] for t in rng.integers(0, c.vocab_size, b)]
             steps = [runner.step(tokens, sequences=seqs).seconds for _ in range(3)]
-            graph = runner.decode_graph(b)
+            # the bucket the last step replayed (its inputs stay loaded: replays redo that step)
+            graph = runner.decode_graph(b, int(runner.cache.lengths[seqs].max()))
             for _ in range(3):
                 graph.replay()
             sync()
