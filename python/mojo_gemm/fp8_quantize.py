@@ -14,6 +14,7 @@ from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts.k_cache import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
 
 OP_NAME = "quantize_fp8_rows"
@@ -27,11 +28,14 @@ def quantize_fp8_rows(x: TensorValue, block: int = 128) -> tuple[TensorValue, Te
     data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]); scales float32
     [ceil(H/block), T], scales[kb, t] = amax(|x[t, kb·block : (kb+1)·block]|) / 448, or 1.0
     for an all-zero block. Both live on x's device. Raises TypeError / ValueError
-    (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time.
+    (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time, ValueError for a GPU target
+    no kernel path supports (`mojo_gemm._targets`).
     """
     QUANTIZE_FP8_ROWS.validate({"x": x, "block": block})
     ensure_kernels_loaded()
     device = x.device
+    # one kernel for every GPU (no forced path): only the target check applies
+    op_target_parameters(OP_NAME, device)
     t, h = x.shape
     n_blocks = -(-int(h) // block)
     data_dtype = FP8_BITS if device.is_cpu() else FP8

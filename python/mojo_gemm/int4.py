@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts import INT4_MATMUL, int4_padded
 
 OP_NAME = "multistage_gemm_q"
@@ -38,7 +39,8 @@ def int4_matmul(
 
     x: bfloat16 or float16 [..., K] (rank >= 2; leading dims may be symbolic);
     bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
-    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices.
+    (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices, and
+    ValueError for a GPU target no kernel path supports (`mojo_gemm._targets`).
     """
     INT4_MATMUL.validate(
         {
@@ -84,6 +86,7 @@ def int4_matmul(
             "group_size": weight.group_size,
             "has_zeros": weight.zeros is not None,
             "has_bias": bias is not None,
+            **op_target_parameters(OP_NAME, device),
         },
     )[0].tensor
     return out.reshape([*leading, n])
