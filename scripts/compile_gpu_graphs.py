@@ -270,7 +270,8 @@ def compile_every_op() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
-ONE_GRAPH_NAME = "every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows, k/v_matmul_ragged_paged_scale)"
+ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
+                  " k/v_matmul_ragged_paged_scale)")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ Paths (what each op does with them: the op's launcher):
 - PATH_BLACKWELL: sm_100a (grouped: tcgen05 kernels; int4 and K-cache: the mma.sync kernels,
   clusters allowed).
 - PATH_AMPERE: sm_80 / 86 / 87 / 89 / 120: mma.sync and cp.async only, no clusters (the FP8
-  mma.sync of the K-cache op needs sm_89+: `has_fp8_mma`).
+  mma.sync of the K-cache op only where `has_fp8_mma`).
 - PATH_PORTABLE: AMD (gfx9xx): kernels written with vendor-neutral primitives only (shared
   memory tiles, barrier()).
 - PATH_UNSUPPORTED: anything else; the launchers fail the compile naming SUPPORTED_TARGETS,
@@ -108,9 +108,12 @@ def has_clusters(path: Int) -> Bool:
 
 
 def has_fp8_mma(arch: StaticString) -> Bool:
-    """Whether mma.sync takes e4m3 operands (sm_89 and newer NVIDIA targets)."""
+    """Whether the compile can emit mma.sync with e4m3 operands: sm_90a and sm_100a. The
+    hardware has it from sm_89 on, but it needs PTX ISA 8.4 and MAX 26.7 emits an older PTX
+    version for sm_89 (ptxas: "Feature 'mma with FP8 floating point type' requires PTX ISA
+    .version 8.4 or later")."""
     var a = arch_name(arch)
-    return a == "sm_89" or a == "sm_90a" or a == "sm_100a" or a == "sm_120" or a == "sm_120a"
+    return a == "sm_90a" or a == "sm_100a"
 
 
 def smem_budget(arch: StaticString, path: Int) -> Int:

@@ -4,9 +4,10 @@ Dispatch: `k_cache_gpu_plan` picks the launch (a PLAN_* code; `k_cache_gpu_plan_
 it, plan.mojo writes it for the `k_matmul_ragged_paged_scale_plan` op) and `k_cache_matmul_gpu`
 launches what it picked. Both take the GPU path (common/target.mojo) and whether the target has
 FP8 mma.sync as parameters: rules 2-3b (TMA + wgmma) apply on the Hopper path only, rule 4
-(FP8 mma.sync) on NVIDIA sm_89+ (Hopper, Blackwell, Ampere path on sm_89 / sm_120 or forced on
-an H200), rule 5 everywhere: on sm_80 / 86 and AMD (the portable path) every call takes
-`simt`, written with shared-memory tiles and barrier() only. First match wins:
+(FP8 mma.sync) where the compile can emit FP8 mma.sync (sm_90a, sm_100a: Hopper, Blackwell and
+the Ampere path forced on those; target.has_fp8_mma), rule 5 everywhere: on sm_80 / 86 / 89
+and AMD (the portable path) every call takes `simt`, written with shared-memory tiles and
+barrier() only. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
    LARGE or SMALL tiles by `wgmma_large_tiles`.

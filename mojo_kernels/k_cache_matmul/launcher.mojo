@@ -40,8 +40,8 @@ def launch_k_cache_matmul[
     Pointers live on the target's device (see KCacheShape for the shapes). target "cpu" ->
     cpu.mojo; "gpu" -> gpu.mojo, given the GPU's path under the FORCE_* value `force`
     (common/target.mojo) and whether it has FP8 mma.sync: wgmma kernels on Hopper only, the
-    mma.sync kernel on NVIDIA sm_89+, the SIMT kernel everywhere (sm_80 / 86 and AMD take it
-    for every call). A target no path supports fails to compile, naming it.
+    mma.sync kernel on sm_90a / sm_100a, the SIMT kernel everywhere (sm_80 / 86 / 89 and AMD
+    take it for every call). A target no path supports fails to compile, naming it.
     """
     comptime if target == "cpu":
         k_cache_matmul_cpu[gm, gn, gk](
