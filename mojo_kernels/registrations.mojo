@@ -10,7 +10,7 @@ from .int4_gemm.plan import write_int4_gpu_plan
 
 
 @extensibility.register("multistage_gemm_q")
-struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
+struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool, force_path: Int = 0]:
     """Computes out = x · dequant(qweight)ᵀ (+ bias) with int4 weights (mojo_gemm.quant.int4_layout).
 
     Parameters: group_size (32, 64, 128, or -1 = per-channel), has_zeros, has_bias.
@@ -18,6 +18,7 @@ struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
     zeros [Kp/g, Np] (any dummy, e.g. [1, 1], when not has_zeros); bias [1, N] (any rank-2
     dummy when not has_bias: rank 2 so the scales can stand in without a reshape, which MAX's
     graph runtime charges as an op of its own). dtype (output, x, scales, zeros, bias): bfloat16 or float16.
+    force_path: common/target.mojo FORCE_* (0: the GPU's own path; 1 Ampere, 2 portable).
     """
 
     @staticmethod
@@ -31,7 +32,7 @@ struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
         ctx: DeviceContext,
     ) raises:
         var bias_shape = row_major_shape(bias.shape(), bias.strides(), "bias")
-        launch_int4_gemm[dtype, Self.group_size, Self.has_zeros, Self.has_bias, target](
+        launch_int4_gemm[dtype, Self.group_size, Self.has_zeros, Self.has_bias, target, Self.force_path](
             output.unsafe_ptr().as_unsafe_any_origin(),
             x.unsafe_ptr().as_unsafe_any_origin(),
             qweight.unsafe_ptr().as_unsafe_any_origin(),
@@ -49,8 +50,9 @@ struct MultistageGemmQ[group_size: Int, has_zeros: Bool, has_bias: Bool]:
 
 
 @extensibility.register("multistage_gemm_q_plan")
-struct MultistageGemmQPlan[group_size: Int, has_zeros: Bool]:
-    """The H200 launch plan `multistage_gemm_q` picks for (M, N, Kp), as text (diagnostics).
+struct MultistageGemmQPlan[group_size: Int, has_zeros: Bool, arch: StaticString = "sm_90a", force_path: Int = 0]:
+    """The launch plan `multistage_gemm_q` picks for (M, N, Kp) on GPU `arch` (e.g. "sm_90a",
+    "sm_89", "gfx950") under force_path, as text (diagnostics).
 
     Shapes: plan uint8 [C] (NUL-padded ASCII, C >= 128); sizes int64 [3] = (M, N, Kp), on the
     CPU. Runs on any target: the plan is host arithmetic (int4_gemm/plan.mojo).
@@ -65,7 +67,7 @@ struct MultistageGemmQPlan[group_size: Int, has_zeros: Bool]:
         var s = sizes.unsafe_ptr()
         write_int4_gpu_plan(
             plan.unsafe_ptr().as_unsafe_any_origin(), plan.shape()[0], Int(s[0]), Int(s[1]), Int(s[2]),
-            Self.group_size, Self.has_zeros,
+            Self.group_size, Self.has_zeros, Self.arch, Self.force_path,
         )
 
 
@@ -76,7 +78,7 @@ from .grouped_gemm.launcher import dense_shape, grouped_execute
 
 @extensibility.register("grouped_matmul_sm100_persistent")
 struct GroupedMatmulSm100Persistent[
-    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, force_path: Int = 0
 ]:
     """MoE grouped GEMM: c[r] = epilogue(a[r] · b[expert_ids[g]]ᵀ) for rows r of group g.
 
@@ -85,6 +87,7 @@ struct GroupedMatmulSm100Persistent[
     [max tokens per group, G_active] (read on the device); row_scale float32 [T] (any dummy,
     e.g. [1], when not has_row_scale). dtype (c, a, b): bfloat16 or float16.
     Semantics and clamping: grouped_gemm/scheduler.mojo; epilogue: grouped_gemm/epilogue.mojo.
+    force_path: common/target.mojo FORCE_* (0: the GPU's own path; 1 Ampere, 2 portable).
     """
 
     @staticmethod
@@ -99,14 +102,14 @@ struct GroupedMatmulSm100Persistent[
         ctx: DeviceContext,
     ) raises:
         grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
-                         Self.has_row_scale, target](
+                         Self.has_row_scale, target, Self.force_path](
             c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
             a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
 
 
 @extensibility.register("grouped_matmul_sm100_persistent_inplace")
 struct GroupedMatmulSm100PersistentInplace[
-    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, force_path: Int = 0
 ]:
     """`grouped_matmul_sm100_persistent` writing into an existing buffer c (rows of inactive
     groups keep their contents). Same operands, with c first as a mutable buffer."""
@@ -123,7 +126,7 @@ struct GroupedMatmulSm100PersistentInplace[
         ctx: DeviceContext,
     ) raises:
         grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
-                         Self.has_row_scale, target](
+                         Self.has_row_scale, target, Self.force_path](
             c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
             a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
 
@@ -136,7 +139,9 @@ from .k_cache_matmul.plan import write_k_cache_gpu_plan
 
 
 @extensibility.register("k_matmul_ragged_paged_scale")
-struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
+struct KMatmulRaggedPagedScale[
+    m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int, force_path: Int = 0
+]:
     """FP8 block-scaled K projection written into MAX's paged KV cache, in place.
 
     k[t, n] = sum_k a[t, k] w[n, k] input_scale[k // gk, t // gm] weight_scale[n // gn, k // gk]
@@ -149,6 +154,7 @@ struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
     weight_scale float32 [ceil(N/gn), ceil(K/gk)]; kv_scale float32 [1] or [n_kv_heads] (read
     for an fp8 cache only); PagedCacheValues.flatten_without_attention_dispatch_metadata()
     (blocks bf16 or float8_e4m3fn, uint8 e4m3fn bits on CPU); layer_idx uint32 scalar on CPU.
+    force_path: common/target.mojo FORCE_* (0: the GPU's own path; 1 Ampere, 2 portable).
     """
 
     @staticmethod
@@ -169,7 +175,8 @@ struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
         ctx: DeviceContext,
     ) raises:
         kv_matmul_ragged_paged_scale[
-            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, K_HALF, target
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, K_HALF, target,
+            Self.force_path,
         ](
             hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
             page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
@@ -177,7 +184,9 @@ struct KMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
 
 
 @extensibility.register("v_matmul_ragged_paged_scale")
-struct VMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
+struct VMatmulRaggedPagedScale[
+    m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int, force_path: Int = 0
+]:
     """The V twin of `k_matmul_ragged_paged_scale`: the same operands, math and kernels, writing
     kv_blocks[lut[b, pos // P], 1, layer_idx, pos % P, n // D, n % D] (the V half) instead."""
 
@@ -199,7 +208,8 @@ struct VMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
         ctx: DeviceContext,
     ) raises:
         kv_matmul_ragged_paged_scale[
-            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, V_HALF, target
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, V_HALF, target,
+            Self.force_path,
         ](
             hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
             page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
@@ -207,11 +217,15 @@ struct VMatmulRaggedPagedScale[m_scale_granularity: Int, n_scale_granularity: In
 
 
 @extensibility.register("k_matmul_ragged_paged_scale_plan")
-struct KMatmulRaggedPagedScalePlan[m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int]:
-    """The H200 launch plan `k_matmul_ragged_paged_scale` (and its V twin) picks, as text
-    (diagnostics), e.g. "wgmma 128x128", "mma.sync MT=1 NB=2 U=2 late", "simt", "none (T=0)".
+struct KMatmulRaggedPagedScalePlan[
+    m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int,
+    arch: StaticString = "sm_90a", force_path: Int = 0,
+]:
+    """The launch plan `k_matmul_ragged_paged_scale` (and its V twin) picks on GPU `arch`, as
+    text (diagnostics), e.g. "wgmma 128x128", "mma.sync MT=1 NB=2 U=2 late", "simt", "none (T=0)".
 
-    Parameters: (gm, gn, gk) as the op's. Shapes: plan uint8 [C] (NUL-padded ASCII, C >= 64);
+    Parameters: (gm, gn, gk) as the op's; arch (e.g. "sm_90a", "sm_80", "gfx950") and
+    force_path (FORCE_*) name the target. Shapes: plan uint8 [C] (NUL-padded ASCII, C >= 64);
     sizes int64 [5] = (T, N, K, a_stride, w_stride) (row strides of hidden_state and weight, K
     when dense), on the CPU. Runs on any target: the plan is host arithmetic
     (k_cache_matmul/plan.mojo).
@@ -227,7 +241,9 @@ struct KMatmulRaggedPagedScalePlan[m_scale_granularity: Int, n_scale_granularity
             raise Error("k_matmul_ragged_paged_scale_plan: sizes must be int64 [5] = (T, N, K, a_stride, w_stride), got ",
                         sizes.dim_size(0), " elements")
         var s = sizes.unsafe_ptr()
-        write_k_cache_gpu_plan[Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity](
+        write_k_cache_gpu_plan[
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, Self.arch, Self.force_path
+        ](
             plan.unsafe_ptr().as_unsafe_any_origin(), plan.shape()[0],
             Int(s[unsafe_offset=0]), Int(s[unsafe_offset=1]), Int(s[unsafe_offset=2]),
             Int(s[unsafe_offset=3]), Int(s[unsafe_offset=4]),

@@ -1,9 +1,11 @@
 """Compiles every op's GPU graph for a GPU target on a machine without a GPU (CI).
 
-    python scripts/compile_gpu_graphs.py [--arch sm_90a]
+    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
 
-Uses MAX's virtual devices (set before any device exists): the graphs are compiled, nothing
-runs. Option combinations are covered pairwise in one graph per op so compilation stays short.
+Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
+the rest CUDA): the graphs are compiled, nothing runs. By default option combinations are
+covered pairwise in one graph per op; --one-graph compiles a single graph holding one instance
+of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a).
 """
 
 from __future__ import annotations
@@ -210,21 +212,86 @@ def compile_kv_projection() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
+def compile_every_op() -> None:
+    """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
+    a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
+    k_matmul_ragged_paged_scale and v_matmul_ragged_paged_scale at granularity (1, 128, 128)
+    into a bf16 cache); symbolic token counts."""
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import BufferType, DeviceRef, TensorType
+    from max.nn import Module
+    from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
+
+    from mojo_gemm import Int4Linear
+    from mojo_gemm.grouped import grouped_matmul
+    from mojo_gemm.kv_projection import PagedKVProjection
+
+    gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
+    bf16, hidden, experts = DType.bfloat16, 512, 4
+    params = MHAKVCacheParams(dtype=bf16, n_kv_heads=2, head_dim=128, num_layers=1,
+                              page_size=128, devices=[gpu])
+
+    class EveryOp(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.int4 = Int4Linear(hidden, 256, group_size=128, dtype=bf16, device=gpu)
+            self.kv = PagedKVProjection(params, hidden, 0, dtype=bf16, device=gpu)
+
+        def __call__(self, x, a, b, offs, ids, stats, offsets, *cache):  # type: ignore[no-untyped-def]
+            blocks, stride, lens, lut, mp, mc = cache
+            coll = PagedCacheValues(
+                kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+                max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor,
+            )
+            self.kv(x.tensor, offsets.tensor, coll)
+            y = grouped_matmul(a.tensor, b.tensor, offs.tensor, ids.tensor, stats.tensor)
+            return self.int4(x.tensor), y
+
+    types: list[TensorType | BufferType] = [
+        TensorType(bf16, ["t", hidden], gpu),
+        TensorType(bf16, ["ta", hidden], gpu),
+        TensorType(bf16, [experts, 256, hidden], gpu),
+        TensorType(DType.uint32, ["g1"], gpu),
+        TensorType(DType.int32, ["g"], gpu),
+        TensorType(DType.uint32, [2], gpu),
+        TensorType(DType.uint32, ["B1"], gpu),
+        BufferType(bf16, ["pages", *params.shape_per_block], gpu),
+        TensorType(DType.int64, [1], cpu),
+        TensorType(DType.uint32, ["B"], gpu),
+        TensorType(DType.uint32, ["B", "cols"], gpu),
+        TensorType(DType.uint32, [1], cpu),
+        TensorType(DType.uint32, [1], cpu),
+    ]
+    layers = EveryOp()
+    registry = layers.state_dict()  # zero weights; also gives every weight its unique FQN name
+    session = InferenceSession(devices=[CPU(), Accelerator()])
+    layers.compile(*types, session=session, weights=registry)
+
+
+ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
+                  " k/v_matmul_ragged_paged_scale)")
+
+
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument("--one-graph", action="store_true",
+                        help="one graph with one instance of every op")
     args = parser.parse_args()
-    driver.set_virtual_device_api("cuda")
+    driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
     driver.set_virtual_device_count(1)
-    for name, build in (
+    builds = ((ONE_GRAPH_NAME, compile_every_op),) if args.one_graph else (
         ("multistage_gemm_q", compile_int4),
         ("grouped_matmul_sm100_persistent", compile_grouped),
         ("k_matmul_ragged_paged_scale", compile_k_cache),
         ("quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection)",
          compile_kv_projection),
-    ):
+    )
+    for name, build in builds:
         t0 = time.perf_counter()
         build()
         print(f"compiled {name} for {args.arch} in {time.perf_counter() - t0:.1f}s", flush=True)

@@ -1,4 +1,5 @@
-"""Every op's GPU graph compiles for sm_90a on this (GPU-less) machine via virtual devices.
+"""Every op's GPU graph compiles for sm_90a (every op's full graph) and for sm_80, sm_89, sm_100a
+and gfx950 (one graph holding every op) on this (GPU-less) machine via virtual devices.
 
 Runs in a subprocess: virtual devices are process-wide and must be set before any device.
 """
@@ -29,4 +30,20 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
         assert f"compiled {op} for sm_90a" in run.stdout
     assert ("compiled quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection) "
             "for sm_90a") in run.stdout
+    assert "all GPU graphs compiled" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_100a", "gfx950"])
+def test_every_op_compiles_in_one_graph(arch: str) -> None:
+    """scripts/compile_gpu_graphs.py --arch ARCH --one-graph: one graph holding every op
+    compiles for the Ampere (A100), Ada (L40S), Blackwell (B200) and AMD (MI355X) targets."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "compile_gpu_graphs.py"), "--arch", arch,
+         "--one-graph"],
+        capture_output=True, text=True, timeout=1200, env=child_env(),
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    assert "compiled every op (multistage_gemm_q, " in run.stdout
+    assert f"for {arch} in " in run.stdout
     assert "all GPU graphs compiled" in run.stdout

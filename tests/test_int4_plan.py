@@ -109,3 +109,45 @@ WG128K = WG.format("128x128x64", 2, 1, 4, 11, " wk=2", 228528)
 def test_llama3_small_m_plans_are_pinned(layer: str, m: int, expected: str) -> None:
     n, k = LLAMA3[layer]
     assert int4_gpu_plan(m, n, k) == expected
+
+
+# ---- other targets: the path each GPU gets (mojo_kernels/common/target.mojo) --------------
+SMEM_AMPERE = {"sm_80": 163 * 1024, "sm_89": 99 * 1024}
+SHAPES = [(1, 4096, 4096), (16, 4096, 14336), (64, 28672, 4096), (4096, 4096, 4096)]
+
+
+@pytest.mark.parametrize("arch", sorted(SMEM_AMPERE))
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_ampere_plan_is_mma_sync_without_clusters(arch: str, m: int, n: int, k: int) -> None:
+    # no wgmma at any M, split_k 1 (no thread-block clusters), the target's shared memory
+    plan = int4_gpu_plan(m, n, k, arch=arch)
+    assert plan.startswith("int4_gemm_mma "), plan
+    assert field(plan, "split_k") == 1, plan
+    assert field(plan, "stages") >= 3, plan
+    assert 0 < field(plan, "smem") <= SMEM_AMPERE[arch], plan
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_blackwell_plan_is_mma_sync_with_clusters(m: int, n: int, k: int) -> None:
+    plan = int4_gpu_plan(m, n, k, arch="sm_100a")
+    assert plan.startswith("int4_gemm_mma "), plan
+    assert 0 < field(plan, "smem") <= SMEM_LIMIT, plan
+    if m == 1:
+        assert field(plan, "split_k") > 1, plan
+
+
+def test_amd_plan_is_portable() -> None:
+    assert int4_gpu_plan(1, 4096, 4096, arch="gfx950") == (
+        "int4_gemm_portable BMxBNxBK=32x64x32 grid=64x1")
+    assert int4_gpu_plan(4096, 200, 256, arch="gfx950") == (
+        "int4_gemm_portable BMxBNxBK=32x64x32 grid=4x128")
+
+
+def test_forced_ampere_on_hopper_is_the_sm89_plan() -> None:
+    for m, n, k in SHAPES:
+        assert int4_gpu_plan(m, n, k, force="ampere") == int4_gpu_plan(m, n, k, arch="sm_89")
+
+
+def test_unsupported_target_raises() -> None:
+    with pytest.raises(ValueError, match="multistage_gemm_q: unsupported GPU target 'sm_75'"):
+        int4_gpu_plan(1, 4096, 4096, arch="sm_75")

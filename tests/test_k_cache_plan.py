@@ -86,3 +86,34 @@ def test_bad_sizes_raise() -> None:
         k_cache_gpu_plan(-1, 1024, K)
     with pytest.raises(ValueError, match="granularity"):
         k_cache_gpu_plan(1, 1024, K, granularity=(1, 0, 128))
+
+
+# ---- other targets: the path each GPU gets (mojo_kernels/common/target.mojo) --------------
+TARGET_CASES = [(1, 1024), (64, 1024), (16, 8192), (128, 8192), (4096, 8192)]
+
+
+@pytest.mark.parametrize(("t", "n"), TARGET_CASES)
+def test_ampere_ada_and_amd_take_simt(t: int, n: int) -> None:
+    # no FP8 mma.sync on sm_80 / sm_86 (nor on sm_89 with MAX 26.7's PTX version), only
+    # vendor-neutral kernels on AMD
+    assert k_cache_gpu_plan(t, n, K, arch="sm_80") == "simt"
+    assert k_cache_gpu_plan(t, n, K, arch="sm_89") == "simt"
+    assert k_cache_gpu_plan(t, n, K, arch="gfx950") == "simt"
+    assert k_cache_gpu_plan(t, n, K, force="portable") == "simt"
+
+
+@pytest.mark.parametrize(("t", "n"), TARGET_CASES)
+def test_forced_ampere_and_blackwell_take_mma_sync_never_wgmma(t: int, n: int) -> None:
+    plan = k_cache_gpu_plan(t, n, K, force="ampere")
+    assert plan.startswith("mma.sync "), plan
+    assert k_cache_gpu_plan(t, n, K, arch="sm_100a") == plan
+
+
+def test_nothing_to_launch_on_every_target() -> None:
+    for arch in ("sm_80", "gfx950"):
+        assert k_cache_gpu_plan(0, 1024, K, arch=arch) == "none (T=0)"
+
+
+def test_unsupported_target_raises() -> None:
+    with pytest.raises(ValueError, match="k_matmul_ragged_paged_scale: unsupported GPU target"):
+        k_cache_gpu_plan(1, 1024, K, arch="gfx1100")

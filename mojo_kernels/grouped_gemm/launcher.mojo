@@ -8,15 +8,17 @@ Dispatch (compile time, from the target; nothing is read back from the device):
 - target "gpu", arch sm_90a      -> sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
 - token tile: BN = 32 (decode) when T <= 64 G, else 256 (prefill): a host choice from shapes
 - either GPU arch, K * sizeof(dtype) % 16 != 0 (TMA cannot describe a or b) -> gpu_naive.mojo
+- the Ampere path (sm_80 / 86 / 87 / 89 / 120) and the portable path (AMD gfx9xx), and either
+  path forced (common/target.mojo) -> gpu_naive.mojo (no TMA, no inline PTX)
 - any other target or GPU arch   -> compile-time error naming the arch.
 """
 
 from std.sys import size_of
-from std.sys.info import _accelerator_arch
 from std.utils.index import IndexList
 from extensibility import InputTensor
 from max.gpu.host import DeviceContext
 
+from ..common.target import PATH_BLACKWELL, PATH_HOPPER, PATH_UNSUPPORTED, SUPPORTED_TARGETS, gpu_arch, gpu_path
 from .cpu import grouped_matmul_cpu
 from .gpu_naive import grouped_matmul_gpu_naive
 from .sm90 import grouped_matmul_sm90
@@ -42,20 +44,6 @@ comptime DECODE_BN = 32
 comptime PREFILL_BN = 256
 """Token tile when groups are large (prefill): measured on the H200 (SM90, bf16, 8 groups x
 1024 tokens, N = 4096, K = 7168): BN = 64 372, 128 521, 256 754 TFLOP/s."""
-
-
-def gpu_arch() -> StaticString:
-    """The GPU target: "sm_90a", "sm_100a", or the raw arch name of anything else.
-
-    `mojo build --target-accelerator` reports "sm_90a"; a MAX graph "nvidia:sm_90a".
-    """
-    comptime arch = _accelerator_arch()
-    comptime if arch == "sm_90a" or arch == "nvidia:sm_90a":
-        return "sm_90a"
-    elif arch == "sm_100a" or arch == "nvidia:sm_100a":
-        return "sm_100a"
-    else:
-        return arch
 
 
 def use_decode_tiles(shape: GroupedShape) -> Bool:
@@ -92,6 +80,7 @@ def launch_grouped_matmul[
     swiglu: Bool,
     has_row_scale: Bool,
     target: StaticString,
+    force: Int = 0,
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -105,7 +94,8 @@ def launch_grouped_matmul[
 ) raises:
     """c = grouped(a · b[expert]ᵀ) with the epilogue; pointers on the target's device.
 
-    shape: from GroupedShape.validate. row_scale is read only when has_row_scale.
+    shape: from GroupedShape.validate. row_scale is read only when has_row_scale. force: a
+    FORCE_* value of common/target.mojo.
     """
     comptime assert dtype == DType.bfloat16 or dtype == DType.float16, String(
         OP_NAME, ": a, b and c must be bfloat16 or float16, got ", dtype)
@@ -114,15 +104,19 @@ def launch_grouped_matmul[
             c, a, b, a_offsets, expert_ids, stats, row_scale, shape)
     elif target == "gpu":
         comptime arch = gpu_arch()
-        comptime assert arch == "sm_90a" or arch == "sm_100a", String(
-            OP_NAME, ": unsupported GPU architecture '", arch,
-            "' (supported: sm_90a Hopper, sm_100a Blackwell)")
+        comptime path = gpu_path[force]()
+        comptime assert path != PATH_UNSUPPORTED, String(
+            OP_NAME, ": unsupported GPU target '", arch, "' (supported: ", SUPPORTED_TARGETS, ")")
+        comptime if path != PATH_HOPPER and path != PATH_BLACKWELL:
+            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+            return
         if (shape.K * size_of[dtype]()) % 16 != 0:
             # TMA needs 16-byte row strides
             grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
                 c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             return
-        comptime if arch == "sm_90a":
+        comptime if path == PATH_HOPPER:
             if use_decode_tiles(shape):
                 grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
@@ -145,7 +139,8 @@ def launch_grouped_matmul[
 
 
 def grouped_execute[
-    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, target: StaticString
+    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, target: StaticString,
+    force: Int = 0,
 ](
     c: Pointer[Scalar[dtype], MutAnyOrigin],
     c_shape: IndexList[2],
@@ -158,7 +153,7 @@ def grouped_execute[
     ctx: DeviceContext,
 ) raises:
     """Validates the op's tensors (shapes, dense layout) and runs the launcher; `c` is the
-    output's pointer and shape (a new tensor or the in-place buffer)."""
+    output's pointer and shape (a new tensor or the in-place buffer); force: FORCE_*."""
     var shape = GroupedShape.validate[s0, s1, swiglu, has_row_scale](
         c_shape,
         dense_shape(a.shape(), a.strides(), "a"),
@@ -166,7 +161,7 @@ def grouped_execute[
         a_offsets.dim_size(0), expert_ids.dim_size(0), expert_usage_stats.dim_size(0),
         row_scale.dim_size(0),
     )
-    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, target](
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, target, force](
         c,
         a.unsafe_ptr().as_unsafe_any_origin(),
         b.unsafe_ptr().as_unsafe_any_origin(),

@@ -130,10 +130,11 @@ def warp_stage_bytes(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> I
     return 32 * (u * 16 + gs * 16 * (2 if has_zeros else 1)) + cfg.wm * (cfg.bk + 8) * 2
 
 
-def smem_usage(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> Int:
+def smem_usage(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, clusters: Bool = True) -> Int:
     """Dynamic shared memory (bytes) the kernel needs for `cfg` (formula in the module doc;
-    PIPE_WARP: warps x stages x warp_stage_bytes for the ring)."""
-    var red = max(cfg.warp_k - 1, 1) * cfg.bm * cfg.bn * 4
+    PIPE_WARP: warps x stages x warp_stage_bytes for the ring). Without clusters (split_k is
+    1) the reduction buffer holds only the warp-k partitions beyond the first."""
+    var red = (max(cfg.warp_k - 1, 1) if clusters else cfg.warp_k - 1) * cfg.bm * cfg.bn * 4
     if cfg.pipeline == PIPE_WARP:
         var warps = (cfg.bn // 64) * cfg.warp_k
         return max(warps * cfg.stages * warp_stage_bytes(cfg, group_size, has_zeros), red)
@@ -144,12 +145,14 @@ def smem_usage(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> Int:
     return max(ring, red)
 
 
-def try_resolve_config(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, budget: Int) -> Int4GemmConfig:
+def try_resolve_config(
+    cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, budget: Int, clusters: Bool = True
+) -> Int4GemmConfig:
     """`cfg` shrunk until it fits `budget` bytes of shared memory, or stages == 0 if nothing fits.
 
     Order (as MAX's multistage_gemm_q): first fewer pipeline stages (down to MIN_STAGES, never
     more than requested), then half the warp-k partitions with the stage search restarted from
-    the requested depth, and so on down to one partition.
+    the requested depth, and so on down to one partition. clusters: as in `smem_usage`.
     """
     var warp_k = cfg.warp_k
     while warp_k >= 1:
@@ -157,7 +160,7 @@ def try_resolve_config(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, bu
         var lowest = min(MIN_STAGES, cfg.stages)
         while s >= lowest:
             var c = cfg.with_warp_k(warp_k).with_stages(s)
-            if smem_usage(c, group_size, has_zeros) <= budget:
+            if smem_usage(c, group_size, has_zeros, clusters) <= budget:
                 return c
             s -= 1
         warp_k //= 2

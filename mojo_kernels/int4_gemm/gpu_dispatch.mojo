@@ -293,7 +293,8 @@ def choose_split_k(cfg: Int4GemmConfig, m: Int, n: Int, kp: Int) -> Int:
 
 
 def launch_int4_gemm_mma[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig,
+    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
 ](
     output: Pointer[Scalar[dtype], MutAnyOrigin],
     x: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -304,23 +305,28 @@ def launch_int4_gemm_mma[
     m: Int, n: Int, kp: Int, np_: Int, split_k: Int,
     ctx: DeviceContext,
 ) raises:
-    """Launch the kernel with tile config `cfg` (resolved against the sm_90 smem budget at
-    compile time) and `split_k` CTAs per cluster. No checks beyond the config's own."""
-    comptime r = try_resolve_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    """Launch the kernel with tile config `cfg` (resolved against `budget` bytes of shared
+    memory at compile time) and `split_k` CTAs per cluster. clusters = False (targets without
+    thread-block clusters) builds the kernels without the cluster reduction and needs
+    split_k == 1. No checks beyond the config's own."""
+    comptime r = try_resolve_config(cfg, group_size, has_zeros, budget, clusters)
     comptime if r.stages == 0:
         raise Error(
-            "multistage_gemm_q: tile config ", cfg, " does not fit ", SMEM_BUDGET_SM90,
+            "multistage_gemm_q: tile config ", cfg, " does not fit ", budget,
             " bytes of shared memory with >= 3 stages and any warp-k partitioning",
         )
     else:
-        comptime smem = smem_usage(r, group_size, has_zeros)
+        comptime smem = smem_usage(r, group_size, has_zeros, clusters)
         if split_k < 1 or split_k > 8:
             raise Error("multistage_gemm_q: split_k must be in 1..8, got ", split_k)
+        comptime if not clusters:
+            if split_k != 1:
+                raise Error("multistage_gemm_q: split_k must be 1 without thread-block clusters, got ", split_k)
         var grid = (ceildiv(ceildiv(n, 64), r.bn // 64) * split_k, ceildiv(m, r.bm))
         var cluster = Dim(split_k, 1, 1)
         var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
         comptime if r.pipeline == PIPE_WARP:
-            comptime kernel = int4_gemv_kernel[dtype, group_size, has_zeros, has_bias, r]
+            comptime kernel = int4_gemv_kernel[dtype, group_size, has_zeros, has_bias, r, clusters]
             if split_k == 1:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
@@ -331,7 +337,7 @@ def launch_int4_gemm_mma[
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
                     func_attribute=attr)
         else:
-            comptime kernel = int4_gemm_mma_kernel[dtype, group_size, has_zeros, has_bias, r]
+            comptime kernel = int4_gemm_mma_kernel[dtype, group_size, has_zeros, has_bias, r, clusters]
             if split_k == 1:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
@@ -411,7 +417,8 @@ def int4_gemm_gpu[
 
 
 def int4_gemm_gpu_mma[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool,
+    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
 ](
     output: Pointer[Scalar[dtype], MutAnyOrigin],
     x: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -427,7 +434,9 @@ def int4_gemm_gpu_mma[
     split_k: Int = 0,
 ) raises:
     """The mma.sync kernels' selection (tile table + tuned (N, K) table + split heuristic), as
-    used below WGMMA_MIN_M tokens, and by the benchmark to time the mma.sync kernels at any M."""
+    used below WGMMA_MIN_M tokens, and by the benchmark to time the mma.sync kernels at any M.
+    The Ampere and Blackwell paths use it for every M: clusters = False (sm_80 / 86 / 89) runs
+    split_k = 1, `budget` is the target's shared memory per CTA (target.smem_budget)."""
     var np_eff = np_ if np_ > 0 else ceildiv(n, 64) * 64
     _check_shapes(m, n, kp, np_eff)
     if m == 0:
@@ -441,7 +450,9 @@ def int4_gemm_gpu_mma[
         var split = split_k
         if split <= 0:
             split = tuned[1] if tuned[1] > 0 else choose_split_k(cfg, m, n, kp)
-        launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg](
+        comptime if not clusters:
+            split = 1
+        launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg, clusters, budget](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
 
     if m <= 8:
@@ -476,13 +487,19 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
     return int4_gemm_gpu_mma_config(m, n, kp, group_size, has_zeros, split_k)
 
 
-def int4_gemm_gpu_mma_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0) -> String:
-    """The launch `int4_gemm_gpu_mma` (the mma.sync selection) makes for this problem."""
+def int4_gemm_gpu_mma_config(
+    m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0,
+    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
+) -> String:
+    """The launch `int4_gemm_gpu_mma` (the mma.sync selection) makes for this problem, with
+    its `clusters` and `budget` parameters."""
     var cfg = tile_config_for(m, n, kp)
-    var r = try_resolve_config(cfg, group_size, has_zeros, SMEM_BUDGET_SM90)
+    var r = try_resolve_config(cfg, group_size, has_zeros, budget, clusters)
     var tuned = tuned_choice(m, n, kp)
     var split = split_k
     if split <= 0:
         split = tuned[1] if tuned[1] > 0 else choose_split_k(r, m, n, kp)
+    if not clusters:
+        split = 1
     r = r.with_split_k(split)
-    return String("int4_gemm_mma ", r, " smem=", smem_usage(r, group_size, has_zeros))
+    return String("int4_gemm_mma ", r, " smem=", smem_usage(r, group_size, has_zeros, clusters))

@@ -183,7 +183,8 @@ def _a_fragment[
 
 
 def int4_gemm_mma_kernel[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig,
+    clusters: Bool = True,
 ](
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     x_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -369,15 +370,40 @@ def int4_gemm_mma_kernel[
             comptime for tm in range(MT):
                 acc[w * MT + tm] = (acc[w * MT + tm] - z4 * xs_pc[tm]) * s4
 
-    _reduce_and_store[dtype, has_bias, MT, KW, WARPS_MN](
+    _reduce_and_store[dtype, has_bias, MT, KW, WARPS_MN, clusters](
         acc, red_s, c_ptr, b_ptr, kpart, wmn, lane, nsplit, ks,
         (band0 + nb_i) * 64, m0 + wm_i * WM, m, n,
     )
 
 
 @always_inline
+def _reduce_cluster[NQ: Int, WSTRIDE: Int, QSTRIDE: Int](
+    mut acc: Array[SIMD[F32, 4], NQ],
+    red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    kpart: Int, wmn: Int, lane: Int, nsplit: Int, ks: Int,
+):
+    """Split-K over the (nsplit, 1, 1) cluster: CTA `ks` sums the accumulator quads q with
+    q % nsplit == ks through distributed shared memory (nothing when nsplit == 1). Needs
+    thread-block clusters (sm_90+): kernels built with clusters = False never call it."""
+    if nsplit > 1:
+        var base = wmn * WSTRIDE + lane * 4
+        if kpart == 0:
+            comptime for q in range(NQ):
+                red_s.unsafe_offset(base + q * QSTRIDE).unsafe_store[alignment=16](acc[q])
+        cluster_sync()
+        if kpart == 0:
+            comptime for q in range(NQ):
+                if q % nsplit == ks:
+                    var total = SIMD[F32, 4](0)
+                    for r in range(nsplit):
+                        total += load_cluster_smem[F32, 4](red_s.unsafe_offset(base + q * QSTRIDE), UInt32(r))
+                    acc[q] = total
+        cluster_sync()  # peers' shared memory must outlive every remote read
+
+
+@always_inline
 def _reduce_and_store[
-    dtype: DType, has_bias: Bool, MT: Int, KW: Int, WARPS_MN: Int
+    dtype: DType, has_bias: Bool, MT: Int, KW: Int, WARPS_MN: Int, clusters: Bool
 ](
     mut acc: Array[SIMD[F32, 4], 4 * MT],
     red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
@@ -390,6 +416,8 @@ def _reduce_and_store[
     q % nsplit == ks), then + bias, cast, masked stores of C[tok, n].
 
     Call after the main loop has drained and a barrier: `red_s` reuses the pipeline's smem.
+    clusters = False (targets without thread-block clusters) leaves out the cluster step: the
+    launcher then runs split_k = 1.
     acc[w * MT + tm] is the m16n8 fragment of columns n0 + 16w + l/4 (+8) and tokens
     tok0 + 8tm + 2(l%4) (+1). Layout of the buffers: [partition][warp][quad][lane][4] f32.
     Every thread of the CTA must call this (it contains barriers and cluster barriers).
@@ -410,20 +438,8 @@ def _reduce_and_store[
                     acc[q] += red_s.unsafe_offset(base + q * QSTRIDE).unsafe_load[width=4, alignment=16]()
         barrier()
 
-    if nsplit > 1:
-        var base = wmn * WSTRIDE + lane * 4
-        if kpart == 0:
-            comptime for q in range(NQ):
-                red_s.unsafe_offset(base + q * QSTRIDE).unsafe_store[alignment=16](acc[q])
-        cluster_sync()
-        if kpart == 0:
-            comptime for q in range(NQ):
-                if q % nsplit == ks:
-                    var total = SIMD[F32, 4](0)
-                    for r in range(nsplit):
-                        total += load_cluster_smem[F32, 4](red_s.unsafe_offset(base + q * QSTRIDE), UInt32(r))
-                    acc[q] = total
-        cluster_sync()  # peers' shared memory must outlive every remote read
+    comptime if clusters:
+        _reduce_cluster[NQ, WSTRIDE, QSTRIDE](acc, red_s, kpart, wmn, lane, nsplit, ks)
 
     if kpart == 0:
         var lane_row = lane // 4
@@ -458,7 +474,8 @@ def _reduce_and_store[
 
 
 def int4_gemv_kernel[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig,
+    clusters: Bool = True,
 ](
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     x_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -648,7 +665,7 @@ def int4_gemv_kernel[
 
     async_copy_wait_group(Int32(0))
     barrier()  # all rings drained: reuse the smem for the reductions
-    _reduce_and_store[dtype, has_bias, MT, KW, NB](
+    _reduce_and_store[dtype, has_bias, MT, KW, NB, clusters](
         acc, smem.unsafe_bitcast[Float32](), c_ptr, b_ptr, kpart, nb_i, lane, nsplit, ks,
         (band0 + nb_i) * 64, m0, m, n,
     )

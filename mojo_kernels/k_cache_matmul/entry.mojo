@@ -14,7 +14,8 @@ from .layout import F32Ptr, Fp8Ptr, KCacheShape, K_HALF, U32Ptr, op_name
 
 
 def kv_matmul_ragged_paged_scale[
-    in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, half: Int, target: StaticString
+    in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, half: Int, target: StaticString,
+    force: Int = 0,
 ](
     hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
     input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
@@ -31,7 +32,8 @@ def kv_matmul_ragged_paged_scale[
     layer_idx: UInt32,
     ctx: DeviceContext,
 ) raises:
-    """See KMatmulRaggedPagedScale in registrations.mojo; `half` is K_HALF or V_HALF. Raises an
+    """See KMatmulRaggedPagedScale in registrations.mojo; `half` is K_HALF or V_HALF, `force` a
+    FORCE_* value of common/target.mojo (the launcher's GPU path). Raises an
     Error naming the tensor for a bad shape, a page_stride below one page, or layer_idx >= the
     cache's layers."""
     comptime OP_NAME = op_name[half]()
@@ -74,7 +76,7 @@ def kv_matmul_ragged_paged_scale[
             max_prompt_length.to_tile_tensor[DType.int64](),
             max_cache_length.to_tile_tensor[DType.int64](),
         )
-        _launch_half[gm, gn, gk, half, target](
+        _launch_half[gm, gn, gk, half, target, force](
             coll, Int(layer_idx), hidden, w, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(),
             input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
             kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
@@ -84,7 +86,7 @@ def kv_matmul_ragged_paged_scale[
         var coll = generic_get_paged_cache(
             kv_blocks, page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length
         )
-        _launch_half[gm, gn, gk, half, target](
+        _launch_half[gm, gn, gk, half, target, force](
             coll, Int(layer_idx), hidden, w, input_row_offsets.unsafe_ptr().as_unsafe_any_origin(),
             input_scale.unsafe_ptr().as_unsafe_any_origin(), weight_scale.unsafe_ptr().as_unsafe_any_origin(),
             kv_scale.unsafe_ptr().as_unsafe_any_origin(), cache_lengths.unsafe_ptr().as_unsafe_any_origin(),
@@ -92,7 +94,7 @@ def kv_matmul_ragged_paged_scale[
         )
 
 
-def _launch_half[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString](
+def _launch_half[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString, force: Int](
     coll: Some[KVCollectionT],
     layer_idx: Int,
     hidden: Fp8Ptr,
@@ -109,11 +111,11 @@ def _launch_half[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString](
     """Launches the projection into the K (half == K_HALF) or V cache of layer `layer_idx`."""
     comptime if half == K_HALF:
         var cache = coll.get_key_cache(layer_idx)
-        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target](
+        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target, force](
             hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx
         )
     else:
         var cache = coll.get_value_cache(layer_idx)
-        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target](
+        launch_k_cache_matmul[gm, gn, gk, type_of(cache), target, force](
             hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx
         )

@@ -1,8 +1,13 @@
-"""GPU paths of `k_matmul_ragged_paged_scale` (NVIDIA; no per-call allocation) and the dispatch.
+"""GPU paths of `k_matmul_ragged_paged_scale` (no per-call allocation) and the dispatch.
 
 Dispatch: `k_cache_gpu_plan` picks the launch (a PLAN_* code; `k_cache_gpu_plan_text` names
 it, plan.mojo writes it for the `k_matmul_ragged_paged_scale_plan` op) and `k_cache_matmul_gpu`
-launches what it picked. First match wins:
+launches what it picked. Both take the GPU path (common/target.mojo) and whether the target has
+FP8 mma.sync as parameters: rules 2-3b (TMA + wgmma) apply on the Hopper path only, rule 4
+(FP8 mma.sync) where the compile can emit FP8 mma.sync (sm_90a, sm_100a: Hopper, Blackwell and
+the Ampere path forced on those; target.has_fp8_mma), rule 5 everywhere: on sm_80 / 86 / 89
+and AMD (the portable path) every call takes `simt`, written with shared-memory tiles and
+barrier() only. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
    LARGE or SMALL tiles by `wgmma_large_tiles`.
@@ -40,6 +45,7 @@ from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
+from ..common.target import PATH_HOPPER, PATH_PORTABLE
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .gpu_wgmma_decode import MAX_TOKENS, ROWS, SPLIT_MAX, decode_config, decode_split_config, launch_wgmma_decode
 from .layout import (
@@ -376,13 +382,18 @@ def mma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
     return Int(shape.K) % 16 == 0 and Int(shape.a_stride) % 16 == 0 and Int(shape.w_stride) % 16 == 0
 
 
-def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
+def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
+    shape: KCacheShape
+) -> Int:
     """The launch `k_cache_matmul_gpu` makes for this call, a PLAN_* code (the rules in the
-    module docstring). Host arithmetic on T, N, K, a_stride and w_stride only."""
+    module docstring), on GPU path `path` with (fp8_mma) or without FP8 mma.sync. Host
+    arithmetic on T, N, K, a_stride and w_stride only."""
     var T = Int(shape.T)
     if T == 0 or Int(shape.N) == 0:
         return PLAN_NONE
-    comptime if gk % 128 == 0:
+    comptime if path == PATH_PORTABLE or not fp8_mma:
+        return PLAN_SIMT
+    comptime if gk % 128 == 0 and path == PATH_HOPPER:
         if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
             return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
         if T <= MAX_TOKENS and ceildiv(Int(shape.N), ROWS) >= DECODE_MIN_CTAS and wgmma_path_supported[gk](shape):
@@ -401,11 +412,13 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> Int:
     return PLAN_SIMT
 
 
-def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int](shape: KCacheShape) -> String:
+def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
+    shape: KCacheShape
+) -> String:
     """`k_cache_gpu_plan` as text: "none (T=0)" / "none (N=0)", "wgmma BMxBN" (CTA tile, tokens
     x weight rows), "wgmma swap-AB 64xTN s=S c=C" (weight rows x tokens, stages, consumers),
     "mma.sync MT=.. NB=.. U=.." (+ " late"), or "simt"."""
-    var plan = k_cache_gpu_plan[gm, gn, gk](shape)
+    var plan = k_cache_gpu_plan[gm, gn, gk, path, fp8_mma](shape)
     if plan == PLAN_NONE:
         return String("none (T=0)") if Int(shape.T) == 0 else String("none (N=0)")
     if plan == PLAN_WGMMA_LARGE:
@@ -442,7 +455,7 @@ def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
     )
 
 
-def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
+def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -455,11 +468,12 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the kernel `k_cache_gpu_plan` picks for this call's sizes (nothing when T == 0)."""
-    var plan = k_cache_gpu_plan[gm, gn, gk](shape)
+    """Enqueues the kernel `k_cache_gpu_plan` picks for this call's sizes (nothing when T == 0);
+    only the kernels `path` and `fp8_mma` allow are instantiated."""
+    var plan = k_cache_gpu_plan[gm, gn, gk, path, fp8_mma](shape)
     if plan == PLAN_NONE:
         return
-    comptime if gk % 128 == 0:
+    comptime if gk % 128 == 0 and path == PATH_HOPPER:
         if plan == PLAN_WGMMA_LARGE:
             launch_wgmma[gm, gn, gk, cache_t, LARGE](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
@@ -486,7 +500,7 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
                         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,
                         shape, ctx)
                     return
-    comptime if gk % 64 == 0:
+    comptime if gk % 64 == 0 and path != PATH_PORTABLE and fp8_mma:
         if plan == PLAN_MMA_DECODE_LARGE_N:
             _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)

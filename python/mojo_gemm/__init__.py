@@ -18,10 +18,13 @@ Public API:
   pass it as `custom_extensions` to `session.compile` of a multi-graph `Module`. `kernels_path`:
   their source directory (never both in one process: two definitions of every op).
 - `contracts`: the shape/dtype rules of every op.
+- `gpu_path(arch)`: the kernel path a GPU target gets ("hopper", "blackwell", "ampere",
+  "portable", or None when unsupported; README "Supported GPUs").
 """
 
 from . import contracts
 from ._extension import kernels_package, kernels_path
+from ._targets import gpu_path
 from .fp8_quantize import quantize_fp8_rows
 from .grouped import grouped_matmul
 from .grouped_layer import GroupedLinear
@@ -48,6 +51,7 @@ __all__ = [
     "contracts",
     "fp8_buffer",
     "fp8_dtype_for",
+    "gpu_path",
     "group_tokens_by_expert",
     "grouped_matmul",
     "int4_gpu_plan",

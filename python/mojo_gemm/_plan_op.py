@@ -16,7 +16,7 @@ import numpy as np
 
 @cache
 def _plan_model(op: str, n_sizes: int, plan_bytes: int,
-                parameters: tuple[tuple[str, int | bool], ...]) -> Any:
+                parameters: tuple[tuple[str, int | bool | str], ...]) -> Any:
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -25,7 +25,8 @@ def _plan_model(op: str, n_sizes: int, plan_bytes: int,
     from ._extension import kernels_package
 
     cpu = DeviceRef.CPU()
-    name = "_".join([op, *(f"{k}{int(v)}" for k, v in parameters)])
+    name = "_".join([op, *(f"{k}{v if isinstance(v, str) else int(v)}" for k, v in parameters)])
+    name = "".join(c if c.isalnum() else "_" for c in name)
     with Graph(name, input_types=[TensorType(DType.int64, [n_sizes], cpu)],
                custom_extensions=[kernels_package()]) as graph:
         plan = ops.custom(
@@ -38,7 +39,7 @@ def _plan_model(op: str, n_sizes: int, plan_bytes: int,
 
 
 def plan_text(op: str, sizes: Sequence[int], plan_bytes: int,
-              parameters: dict[str, int | bool]) -> str:
+              parameters: dict[str, int | bool | str]) -> str:
     """The text the plan op `op` writes for int64 `sizes` (its input [len(sizes)]) into a uint8
     [plan_bytes] output, with the op's compile-time `parameters`."""
     from max.driver import Buffer

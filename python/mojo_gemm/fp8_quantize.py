@@ -14,6 +14,7 @@ from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts.k_cache import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
 
 OP_NAME = "quantize_fp8_rows"
@@ -29,11 +30,14 @@ def quantize_fp8_rows(x: TensorValue, block: int = 128) -> tuple[TensorValue, Te
     for an all-zero block. Subnormal x follows the same formula (bit-identical to the host
     quantizer, on CPU and GPU alike); a block holding inf or NaN gets scale NaN and all its
     data NaN (e4m3 0x7F). Both live on x's device. Raises TypeError / ValueError
-    (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time.
+    (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time, ValueError for a GPU target
+    no kernel path supports (`mojo_gemm._targets`).
     """
     QUANTIZE_FP8_ROWS.validate({"x": x, "block": block})
     ensure_kernels_loaded()
     device = x.device
+    # one kernel for every GPU (no forced path): only the target check applies
+    op_target_parameters(OP_NAME, device)
     t, h = x.shape
     n_blocks = -(-int(h) // block)
     data_dtype = FP8_BITS if device.is_cpu() else FP8

@@ -23,6 +23,7 @@ from max.dtype import DType
 from max.graph import BufferValue, TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts.grouped import GROUPED_MATMUL, grouped_out_cols, grouped_out_rows
 
 OP_NAME = "grouped_matmul_sm100_persistent"
@@ -62,7 +63,8 @@ def grouped_matmul(
     None (rows of inactive groups keep their contents). Raises TypeError/ValueError
     (`contracts.grouped.GROUPED_MATMUL`) at graph-build time for bad ranks, dtypes, shapes or
     devices, TypeError naming the argument for a value of the wrong Python type (e.g. a
-    TensorValue as `out`); runtime data is clamped as described in the module docstring.
+    TensorValue as `out`), and ValueError for a GPU target no kernel path supports
+    (`mojo_gemm._targets`); runtime data is clamped as described in the module docstring.
     """
     splits = tuple(a_plane_splits) if isinstance(a_plane_splits, (tuple, list)) else a_plane_splits
     GROUPED_MATMUL.validate(
@@ -92,6 +94,7 @@ def grouped_matmul(
         "a_plane_split1": int(splits[1]),
         "swiglu": bool(swiglu),
         "has_row_scale": row_scale is not None,
+        **op_target_parameters(OP_NAME, device),
     }
     if out is not None:
         ops.inplace_custom(OP_NAME_INPLACE, device, [out, *operands], parameters=parameters)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from max.graph import TensorType, TensorValue, ops
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts import INT4_MATMUL, int4_padded
 from .contracts._rules import INT, TENSOR, check_types, instance_of, optional
 
@@ -54,7 +55,8 @@ def int4_matmul(
     x: bfloat16 or float16 [..., K] (rank >= 2; leading dims may be symbolic);
     bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
     (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices, TypeError
-    naming the argument for a value of the wrong Python type.
+    naming the argument for a value of the wrong Python type, and ValueError for a GPU target
+    no kernel path supports (`mojo_gemm._targets`).
     """
     check_types(
         "int4_matmul",
@@ -112,6 +114,7 @@ def int4_matmul(
             "group_size": weight.group_size,
             "has_zeros": weight.zeros is not None,
             "has_bias": bias is not None,
+            **op_target_parameters(OP_NAME, device),
         },
     )[0].tensor
     return out.reshape([*leading, n])

@@ -1,8 +1,10 @@
-"""The H200 launch plan of the int4 op (`multistage_gemm_q_plan`), computed on the host CPU.
+"""The launch plan of the int4 op (`multistage_gemm_q_plan`) on a GPU target, computed on the host.
 
-`int4_gpu_plan(m, n, k)` returns the text the GPU dispatch would print for that problem, e.g.
-"int4_gemm_mma BMxBNxBK=8x128x128 WMxWN=8x64 stages=4 warp_k=2 split_k=4 pipe=warp smem=108544"
-or "int4_gemm_wgmma ... split_k=1 smem=200832". It runs the dispatch's own Mojo function in a
+`int4_gpu_plan(m, n, k)` returns the text the GPU dispatch would print for that problem on an
+H200, e.g. "int4_gemm_mma BMxBNxBK=8x128x128 WMxWN=8x64 stages=4 warp_k=2 split_k=4 pipe=warp
+smem=108544" or "int4_gemm_wgmma ... split_k=1 smem=200832"; `arch="sm_89"` gives the Ampere
+path's mma.sync launch (split_k=1, the target's shared memory), `arch="gfx950"` the portable
+kernel's ("int4_gemm_portable ..."). It runs the dispatch's own Mojo function in a
 tiny CPU graph (`_plan_op`, compiled once per (group_size, has_zeros) and process), so
 benchmarks can record the config of every row and tests can check the plan without a GPU.
 """
@@ -10,6 +12,7 @@ benchmarks can record the config of every row and tests can check the plan witho
 from __future__ import annotations
 
 from ._plan_op import plan_text
+from ._targets import check_plan_arch
 from .contracts import int4_padded
 from .contracts._rules import BOOL, INT, check_types
 
@@ -17,11 +20,16 @@ OP_NAME = "multistage_gemm_q_plan"
 PLAN_BYTES = 256
 
 
-def int4_gpu_plan(m: int, n: int, k: int, group_size: int = 128, has_zeros: bool = False) -> str:
-    """The kernel, tile, stages, warp-k partitions and split-K `int4_matmul` uses on an H200.
+def int4_gpu_plan(m: int, n: int, k: int, group_size: int = 128, has_zeros: bool = False,
+                  arch: str = "sm_90a", force: str | None = None) -> str:
+    """The kernel, tile, stages, warp-k partitions and split-K `int4_matmul` uses on GPU `arch`
+    (default the H200's sm_90a).
 
     m: tokens (rows of x); n, k: the layer's logical out/in features (padded as the packed
-    layout pads them); group_size: 32, 64, 128 or -1; has_zeros: asymmetric weights.
+    layout pads them); group_size: 32, 64, 128 or -1; has_zeros: asymmetric weights; arch: a
+    GPU target ("sm_80", "sm_89", "sm_90a", "sm_100a", "gfx950", ...); force: "ampere",
+    "portable", "auto" or None (= MOJO_GEMM_FORCE_PATH), as the graph op would be forced.
+    Raises ValueError for a non-positive size or a target no path supports.
     """
     check_types(
         "int4_gpu_plan",
@@ -30,6 +38,8 @@ def int4_gpu_plan(m: int, n: int, k: int, group_size: int = 128, has_zeros: bool
     )
     if min(m, n, k) <= 0:
         raise ValueError(f"int4_gpu_plan: m, n, k must be positive, got {(m, n, k)}")
+    forced = check_plan_arch("multistage_gemm_q", arch, force)
     _, kp = int4_padded(n, k)
     return plan_text(OP_NAME, [m, n, kp], PLAN_BYTES,
-                     {"group_size": group_size, "has_zeros": has_zeros})
+                     {"group_size": group_size, "has_zeros": has_zeros, "arch": arch,
+                      "force_path": forced})

@@ -22,6 +22,7 @@ from max.graph import DeviceRef, TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
 from ._extension import ensure_kernels_loaded
+from ._targets import op_target_parameters
 from .contracts._rules import DEVICE, Contract, check_types
 from .contracts.k_cache import (
     FP8,
@@ -70,7 +71,8 @@ def k_matmul_ragged_paged_scale(
     the lookup table's width, or whose page id is >= kv_blocks.shape[0], is skipped. With a
     padded page_stride the blocks' allocation must span pages · page_stride elements (MAX's
     allocator guarantees it). Raises TypeError / ValueError (`contracts.k_cache`) at graph
-    build time for bad shapes, dtypes or devices.
+    build time for bad shapes, dtypes or devices, and ValueError for a GPU target no kernel
+    path supports (`mojo_gemm._targets`).
     """
     _kv_matmul(
         K_MATMUL_RAGGED_PAGED_SCALE,
@@ -173,5 +175,6 @@ def _kv_matmul(
             "m_scale_granularity": int(gm),
             "n_scale_granularity": int(gn),
             "k_scale_granularity": int(gk),
+            **op_target_parameters(contract.op, device),
         },
     )

@@ -1,9 +1,11 @@
-"""The H200 launch plan of the FP8 K/V-cache op (`k_matmul_ragged_paged_scale_plan`), on the CPU.
+"""The launch plan of the FP8 K/V-cache op (`k_matmul_ragged_paged_scale_plan`) on a GPU target,
+computed on the CPU.
 
 `k_cache_gpu_plan(t, n, k)` returns the text naming the kernel and CTA tile the GPU dispatch of
 `k_matmul_ragged_paged_scale` (and its V twin) launches for that call, e.g. "wgmma 128x128",
 "wgmma 64x64", "mma.sync MT=1 NB=2 U=2 late", "mma.sync MT=2 NB=2 U=2 rot", "simt" or
-"none (T=0)".
+"none (T=0)" (default: the H200, sm_90a; `arch="sm_80"` or an AMD target gives "simt" for
+every call, `arch="sm_89"` the mma.sync and SIMT kernels).
 It runs the dispatch's own Mojo function (`k_cache_gpu_plan` in k_cache_matmul/gpu.mojo) in a
 tiny CPU graph (`_plan_op`, compiled once per granularity and process), so benchmarks can
 record the config of every row and tests can check the plan without a GPU.
@@ -12,6 +14,7 @@ record the config of every row and tests can check the plan without a GPU.
 from __future__ import annotations
 
 from ._plan_op import plan_text
+from ._targets import check_plan_arch
 from .contracts._rules import INT, INT_SEQ, check_types, optional
 
 OP_NAME = "k_matmul_ragged_paged_scale_plan"
@@ -25,14 +28,19 @@ def k_cache_gpu_plan(
     granularity: tuple[int, int, int] = (1, 128, 128),
     a_stride: int | None = None,
     w_stride: int | None = None,
+    arch: str = "sm_90a",
+    force: str | None = None,
 ) -> str:
-    """The kernel and CTA tile `k_matmul_ragged_paged_scale` launches on an H200 for one call.
+    """The kernel and CTA tile `k_matmul_ragged_paged_scale` launches on GPU `arch` (default
+    the H200's sm_90a) for one call.
 
     t: tokens (rows of hidden_state [T, K], >= 0); n: weight rows (weight [N, K], N = n_kv_heads
     · head_dim, >= 0); k: features (> 0); granularity: scales_granularity_mnk (gm, gn, gk),
     positive ints; a_stride / w_stride: row strides of hidden_state / weight in elements
-    (default k: dense rows). Raises ValueError for a negative size or stride, k <= 0 or a
-    non-positive granularity.
+    (default k: dense rows); arch: a GPU target ("sm_80", "sm_89", "sm_90a", "sm_100a",
+    "gfx950", ...); force: "ampere", "portable", "auto" or None (= MOJO_GEMM_FORCE_PATH).
+    Raises ValueError for a negative size or stride, k <= 0, a non-positive granularity or a
+    target no path supports.
     """
     check_types(
         "k_cache_gpu_plan",
@@ -52,7 +60,8 @@ def k_cache_gpu_plan(
         raise ValueError(
             f"k_cache_gpu_plan: granularity must be 3 positive ints, got {granularity}"
         )
+    forced = check_plan_arch("k_matmul_ragged_paged_scale", arch, force)
     gm, gn, gk = (int(g) for g in granularity)
     return plan_text(OP_NAME, [t, n, k, a_stride, w_stride], PLAN_BYTES,
                      {"m_scale_granularity": gm, "n_scale_granularity": gn,
-                      "k_scale_granularity": gk})
+                      "k_scale_granularity": gk, "arch": arch, "force_path": forced})
