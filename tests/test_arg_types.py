@@ -242,6 +242,8 @@ APIS = (
         {"array": NOT_ARRAY, "device": ("gpu", CPU)}),
     Api("fp8_dtype_for", lambda v, a: mg.fp8_dtype_for(**a), {"device": CPU},
         {"device": ("cpu", None)}),
+    Api("gpu_path", lambda v, a: mg.gpu_path(**a), {"arch": "sm_90a", "force": None},
+        {"arch": (90, None), "force": (1,)}),
 )
 
 CASES = [

@@ -15,6 +15,8 @@ from functools import cache
 
 from max.graph import DeviceRef
 
+from .contracts._rules import STR, check_types, optional
+
 FORCE_ENV = "MOJO_GEMM_FORCE_PATH"
 FORCE_VALUES = {"": 0, "auto": 0, "ampere": 1, "portable": 2}
 """FORCE_* of target.mojo by the env var's value."""
@@ -52,6 +54,8 @@ def gpu_path(arch: str, force: str | None = None) -> str | None:
     """The kernel path of GPU `arch` ("sm_90a", "nvidia:sm_89", "gfx950", ...): "hopper",
     "blackwell", "ampere", "portable", or None when no path supports it. force: "ampere",
     "portable", "auto" or None (= the MOJO_GEMM_FORCE_PATH environment variable)."""
+    check_types("gpu_path", {"arch": arch, "force": force},
+                {"arch": STR, "force": optional(STR)})
     a = _bare(arch)
     forced = force_path_value(force)
     nvidia = a in ("sm_90a", "sm_100a") or a in AMPERE_ARCHS

@@ -61,6 +61,7 @@ INT_SEQ = Expect(
 )
 """A tuple or list of ints (its length is a value rule of the op)."""
 BOOL = instance_of("a bool", bool, np.bool_)
+STR = instance_of("a str", str)
 NONE = Expect("None", lambda v: v is None)
 TENSOR = instance_of("a TensorValue", TensorValue)
 BUFFER = instance_of("a BufferValue", BufferValue)

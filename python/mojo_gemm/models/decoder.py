@@ -228,8 +228,11 @@ def token_layout(num_tokens: Dim, offsets: TensorValue, kv: PagedCacheValues,
     slot = ops.range(0, slots, 1, out_dim=slots, dtype=DType.int64, device=dev)
     mask = ops.greater_equal(ops.unsqueeze(position, 1), ops.unsqueeze(slot, 0))  # [T, S]
     # Unused lookup-table entries hold MAX's sentinel (= the page count): point them at page 0;
-    # the mask hides every slot they cover.
-    num_pages = ops.transfer_to(ops.shape_to_tensor([kv.kv_blocks.shape[0]]), dev)
+    # the mask hides every slot they cover. The page count reaches the device through a
+    # one-element range (its bounds are launch arguments), not a host-to-device copy, which a
+    # captured device graph cannot hold.
+    pages = kv.kv_blocks.shape[0]
+    num_pages = ops.range(pages, pages + 1, 1, out_dim=1, dtype=DType.int64, device=dev)
     valid = ops.where(ops.greater(num_pages, lut), lut, 0)
     return TokenLayout(batch=batch, position=position, mask=mask,
                        pages=ops.gather(valid, batch, axis=0))
