@@ -2,7 +2,7 @@
 # One device call on an H200 with MAX installed: the named parts in order, then everything they
 # wrote (logs, RESULTS.md, benchmark JSON) packed into $OUT/session-<first part>.tgz, one file,
 # since a device call returns few files.
-#   scripts/gpu-session.sh tests                 # every gpu test, three pytest processes
+#   scripts/gpu-session.sh tests                 # every gpu test, four pytest processes
 #   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
 #   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
@@ -29,6 +29,8 @@ for part in "$@"; do
          tests/test_torch_bridge.py > "$work/tests2.log" 2>&1; echo "rc=$?" >> "$work/tests2.log") &
       (timeout 540 $P tests/test_moe_block.py tests/test_moe_decoder.py > "$work/tests3.log" 2>&1
        echo "rc=$?" >> "$work/tests3.log") &
+      (timeout 540 $P tests/test_forced_paths.py > "$work/tests4.log" 2>&1
+       echo "rc=$?" >> "$work/tests4.log") &
       wait
       grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/tests*.log ;;
     capture)
