@@ -8,6 +8,9 @@ ones that are missing, and writes:
 
 - `speedup.png`: per op, the geomean over the benchmark's shapes of (peer time / our time) by
   tokens per call (M or T), one line per peer; > 1 means ours is faster.
+- `speedup_captured.png`: the same on the clock a MAX server gives users: our R-op graph
+  captured and replayed (`replay_us`) against the peers' same R calls captured in one CUDA
+  graph (`*_graph_us`).
 - `<name>_speedup.png`: the same per shape, one panel per peer.
 - `bandwidth.png`: weight bytes / our time for the calls with at most 64 tokens (the
   bandwidth-bound ones) against the H200's 4.24 TB/s copy rate.
@@ -77,6 +80,8 @@ class OpPlot:
     ours_keys: tuple[str, ...]
     bytes_of: Callable[[Row], float | None]
     peers: tuple[Peer, ...]
+    clock: str | None = None
+    """The clock note of every figure, when both sides use one fixed clock."""
 
     def ours_us(self, r: Row) -> float | None:
         """Our µs per call in row `r` (kernel time where recorded, else graph time)."""
@@ -110,6 +115,24 @@ OPS = (
            (Peer("torch._grouped_mm", ("torch_us",)),
             Peer("MAX grouped_matmul_ragged", ("max_us",)))),
 )
+
+
+CAPTURED_CLOCK = "ours and peers: captured device graphs (R calls replayed, / R)"
+CAPTURED = (
+    OpPlot("int4_matmul_gpu", "W4A16 int4 matmul, captured", "M",
+           lambda r: str(r["layer"]), ("replay_us",), _bytes_from("TBps"),
+           (Peer("cuBLAS bf16", ("cublas_graph_us",)),
+            Peer("MAX qmatmul_b4_g128", ("max_replay_us",))), CAPTURED_CLOCK),
+    OpPlot("k_matmul_paged_gpu", "FP8 K-cache projection, captured", "T",
+           lambda r: f"{r['problem']} {r.get('cache', '')}".strip(), ("replay_us",),
+           _bytes_from("TBps"),
+           (Peer("torch _scaled_mm + scatter", ("torch_scatter_graph_us",)),
+            Peer("torch _scaled_mm alone", ("torch_graph_us",))), CAPTURED_CLOCK),
+    OpPlot("grouped_matmul_gpu", "MoE grouped matmul (bf16), captured", "T",
+           lambda r: f"{r['model']} {r['routing']}", ("replay_us",), _bytes_from("w_TBps"),
+           (Peer("torch._grouped_mm", ("torch_graph_us",)),), CAPTURED_CLOCK),
+)
+"""The same benchmarks read on the clock a MAX server gives users: captured decode graphs."""
 
 
 def load(results: Path, name: str) -> dict[str, Any] | None:
@@ -160,6 +183,8 @@ def _log_axes(ax: Any, op: OpPlot, tokens: list[int]) -> None:
 
 def _clock_note(op: OpPlot, rows: list[Row]) -> str:
     """Which clock our times use in this run."""
+    if op.clock is not None:
+        return op.clock
     has_kernel = [int(r[op.tokens]) for r in rows if _first(r, "kernel_us") is not None]
     if not has_kernel:
         return "ours: graph time per op"
@@ -169,9 +194,11 @@ def _clock_note(op: OpPlot, rows: list[Row]) -> str:
             "graph time above")
 
 
-def plot_headline(data: dict[str, dict[str, Any]], out: Path) -> Path:
-    """speedup.png: geomean speed-up over each peer by tokens, one panel per op."""
-    ops = [op for op in OPS if op.name in data]
+def plot_headline(data: dict[str, dict[str, Any]], out: Path,
+                  ops_read: tuple[OpPlot, ...] = OPS, filename: str = "speedup.png") -> Path:
+    """`filename`: geomean speed-up over each peer by tokens, one panel per op of `ops_read`
+    (speedup.png: kernel time; speedup_captured.png: captured graphs on both sides)."""
+    ops = [op for op in ops_read if op.name in data]
     fig, axes = plt.subplots(1, len(ops), figsize=(5.2 * len(ops), 4.4), squeeze=False)
     for ax, op in zip(axes[0], ops, strict=True):
         rows = data[op.name]["rows"]
@@ -198,7 +225,7 @@ def plot_headline(data: dict[str, dict[str, Any]], out: Path) -> Path:
                 va="bottom")
     fig.suptitle("mojo-gemm on an H200: speed-up over the peers (> 1: ours faster)")
     fig.tight_layout()
-    path = out / "speedup.png"
+    path = out / filename
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
@@ -271,7 +298,9 @@ def main() -> None:
     if not data:
         raise SystemExit(f"no benchmark JSON under {args.results}")
     args.out.mkdir(parents=True, exist_ok=True)
-    written = [plot_headline(data, args.out), plot_bandwidth(data, args.out)]
+    written = [plot_headline(data, args.out),
+               plot_headline(data, args.out, CAPTURED, "speedup_captured.png"),
+               plot_bandwidth(data, args.out)]
     written += [plot_op(op, data[op.name], args.out) for op in OPS if op.name in data]
     for p in written:
         print(p)
