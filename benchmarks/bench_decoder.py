@@ -16,10 +16,11 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   through the same runner.
 - correctness first: a prefill of short prompts and 2 teacher-forced decode steps (captured, a
   batch of CHECK_SEQS) against the float64 reference; logits rel. Frobenius error <= 2e-2 and
-  layer 0's cached K/V <= 2e-2. With MAX's flash attention the rounding is the kernel's own,
-  so a router decision with a margin below ~1e-3 may flip: the report prints the reference's
-  smallest margins. A mismatch is reported (and recorded) and the timing still runs; errors
-  > ABORT_ERR (a broken op, not rounding) stop the run.
+  layer 0's cached K/V <= 2e-2, on check tokens whose router decisions all have a margin
+  >= NEAR_TIE (`check_schedule`: a decision closer than that may flip under any kernel's
+  rounding); the report prints the reference's smallest margins. A mismatch is reported (and
+  recorded) and the timing still runs; errors > ABORT_ERR (a broken op, not rounding) stop the
+  run.
 - decode (captured): batch {1, 8, 32, 64} at contexts {1024, 4096} (`cache.reserve`), one
   step through `runner.step` (copies in, replay, logits out: `step_ms`), then the captured
   bucket replayed REPLAYS times back to back and synchronized once (`replay_ms`, the device
@@ -85,6 +86,8 @@ TOL = 2e-2
 ABORT_ERR = 0.2
 NEAR_TIE = 1e-3
 """Router margins (in logit standard deviations) below this may flip under kernel rounding."""
+CHECK_SEEDS = 8
+"""Token seeds `check_schedule` tries for a check without router near-ties."""
 BANDWIDTH = harness.H200_BANDWIDTH
 BF16_FLOPS = harness.H200_BF16_FLOPS
 FP8_FLOPS = 2 * harness.H200_BF16_FLOPS
@@ -262,6 +265,27 @@ def check(name: str, runner: Any, weights: DecoderWeights, seqs: Sequence[int],
         raise SystemExit(f"{name}: logits rel err {max(errs):.3g} > {ABORT_ERR}: broken, not "
                          "rounding; stopping before the timing")
     return rec
+
+
+def check_schedule(config: DecoderConfig, weights: DecoderWeights) -> tuple[
+        list[list[list[int]]], tuple[Any, Any, list[list[float]]]]:
+    """The check's token schedule (prompts of CHECK_PROMPTS tokens, then CHECK_DECODES random
+    single tokens per sequence) and its reference: the first of CHECK_SEEDS token seeds whose
+    every router decision has a margin >= NEAR_TIE, so the check compares like with like (a
+    random 64-expert top-8 router has near-ties a kernel's rounding may flip, like the greedy
+    near-ties the example decoder avoids by its seed); the last tried if none has."""
+    for seed in range(1, CHECK_SEEDS + 1):
+        rng = np.random.default_rng(seed)
+        schedule = [[rng.integers(0, config.vocab_size, n).tolist() for n in CHECK_PROMPTS]]
+        schedule += [[[int(t)] for t in rng.integers(0, config.vocab_size,
+                                                    len(CHECK_PROMPTS))]
+                     for _ in range(CHECK_DECODES)]
+        ref = reference_steps(weights, schedule)
+        smallest = min(min(m) for m in ref[2])
+        log(f"check tokens seed {seed}: smallest router margin {smallest:.2e} std")
+        if smallest >= NEAR_TIE:
+            break
+    return schedule, ref
 
 
 def reference_steps(weights: DecoderWeights, schedule: list[list[list[int]]]) -> tuple[
@@ -464,11 +488,7 @@ def main() -> None:
     config = DecoderConfig.olmoe(num_layers=args.layers)
     weights = bench_weights(config, seed=0)
     log(f"weights ({config.num_layers} layers) ready")
-    rng = np.random.default_rng(1)
-    schedule = [[rng.integers(0, config.vocab_size, n).tolist() for n in CHECK_PROMPTS]]
-    schedule += [[[int(t)] for t in rng.integers(0, config.vocab_size, len(CHECK_PROMPTS))]
-                 for _ in range(CHECK_DECODES)]
-    ref = reference_steps(weights, schedule)
+    schedule, ref = check_schedule(config, weights)
     margins = ref[2]
     near = [(s, li, m) for s, ms in enumerate(margins) for li, m in enumerate(ms)
             if m < NEAR_TIE]
