@@ -11,7 +11,10 @@ benchmarks can record the config of every row and tests can check the plan witho
 
 from __future__ import annotations
 
-from ._plan_op import plan_text
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._plan_op import compile_plans, plan_text
 from ._targets import check_plan_arch
 from .contracts import int4_padded
 from .contracts._rules import BOOL, INT, check_types
@@ -38,8 +41,26 @@ def int4_gpu_plan(m: int, n: int, k: int, group_size: int = 128, has_zeros: bool
     )
     if min(m, n, k) <= 0:
         raise ValueError(f"int4_gpu_plan: m, n, k must be positive, got {(m, n, k)}")
-    forced = check_plan_arch("multistage_gemm_q", arch, force)
+    parameters = _parameters(group_size, has_zeros, arch, force)
     _, kp = int4_padded(n, k)
-    return plan_text(OP_NAME, [m, n, kp], PLAN_BYTES,
-                     {"group_size": group_size, "has_zeros": has_zeros, "arch": arch,
-                      "force_path": forced})
+    return plan_text(OP_NAME, [m, n, kp], PLAN_BYTES, parameters)
+
+
+def _parameters(group_size: int, has_zeros: bool, arch: str,
+                force: str | None) -> dict[str, int | bool | str]:
+    forced = check_plan_arch("multistage_gemm_q", arch, force)
+    return {"group_size": group_size, "has_zeros": has_zeros, "arch": arch,
+            "force_path": forced}
+
+
+def compile_int4_plans(variants: Iterable[Mapping[str, Any]]) -> None:
+    """Compiles the plan op for every variant in ONE CPU graph, so that the `int4_gpu_plan`
+    calls with these variants that follow (any m, n, k) need no compile of their own.
+
+    variants: keyword arguments of `int4_gpu_plan` other than m, n, k (group_size, has_zeros,
+    arch, force; missing ones take its defaults), e.g. [{}, {"arch": "sm_89"}].
+    """
+    defaults: dict[str, Any] = {"group_size": 128, "has_zeros": False, "arch": "sm_90a",
+                                "force": None}
+    compile_plans(OP_NAME, 3, PLAN_BYTES,
+                  [_parameters(**{**defaults, **v}) for v in variants])

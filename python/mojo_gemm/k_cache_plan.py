@@ -13,7 +13,10 @@ record the config of every row and tests can check the plan without a GPU.
 
 from __future__ import annotations
 
-from ._plan_op import plan_text
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._plan_op import compile_plans, plan_text
 from ._targets import check_plan_arch
 from .contracts._rules import INT, INT_SEQ, check_types, optional
 
@@ -60,8 +63,25 @@ def k_cache_gpu_plan(
         raise ValueError(
             f"k_cache_gpu_plan: granularity must be 3 positive ints, got {granularity}"
         )
+    return plan_text(OP_NAME, [t, n, k, a_stride, w_stride], PLAN_BYTES,
+                     _parameters(granularity, arch, force))
+
+
+def _parameters(granularity: tuple[int, int, int], arch: str,
+                force: str | None) -> dict[str, int | bool | str]:
     forced = check_plan_arch("k_matmul_ragged_paged_scale", arch, force)
     gm, gn, gk = (int(g) for g in granularity)
-    return plan_text(OP_NAME, [t, n, k, a_stride, w_stride], PLAN_BYTES,
-                     {"m_scale_granularity": gm, "n_scale_granularity": gn,
-                      "k_scale_granularity": gk, "arch": arch, "force_path": forced})
+    return {"m_scale_granularity": gm, "n_scale_granularity": gn, "k_scale_granularity": gk,
+            "arch": arch, "force_path": forced}
+
+
+def compile_k_cache_plans(variants: Iterable[Mapping[str, Any]]) -> None:
+    """Compiles the plan op for every variant in ONE CPU graph, so that the `k_cache_gpu_plan`
+    calls with these variants that follow (any t, n, k, strides) need no compile of their own.
+
+    variants: keyword arguments of `k_cache_gpu_plan` among granularity, arch and force
+    (missing ones take its defaults), e.g. [{}, {"granularity": (1, 128, 64)}].
+    """
+    defaults: dict[str, Any] = {"granularity": (1, 128, 128), "arch": "sm_90a", "force": None}
+    compile_plans(OP_NAME, 5, PLAN_BYTES,
+                  [_parameters(**{**defaults, **v}) for v in variants])
