@@ -78,6 +78,8 @@ PREFILL_REPS = 5
 REPLAYS = 20
 MAX_BATCHES = (1, 8)
 MAX_PREFILL_T = 512
+TOP_KERNELS = 40
+"""Kernels (by name: launches, total µs) kept per row of the breakdown."""
 POOL = 1 << 25
 """Normals in the pool the expert matrices are cut from (`bench_weights`)."""
 CHECK_PROMPTS = (7, 12)
@@ -216,6 +218,7 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
         log(f"trace: no trace ({e!r})"[:300])
         return {}
     parts = {"ours_us": 0.0, "attn_us": 0.0, "rest_us": 0.0}
+    by_name: dict[str, list[float]] = {}
     kernels = 0
     for ev in prof.events():
         if ev.device_type.name != "CUDA" or ev.name.startswith(("Memcpy", "Memset")):
@@ -226,9 +229,14 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
         key = ("ours_us" if "mojo_kernels" in name else
                "attn_us" if "mha" in name or "flash" in name else "rest_us")
         parts[key] += us
+        entry = by_name.setdefault(ev.name[:160], [0, 0.0])
+        entry[0] += 1
+        entry[1] += us
     if not kernels:
         return {}
-    return {**parts, "kernel_us": sum(parts.values()), "kernels": kernels}
+    top = sorted(([n, int(c), round(u, 2)] for n, (c, u) in by_name.items()),
+                 key=lambda row: -row[2])[:TOP_KERNELS]
+    return {**parts, "kernel_us": sum(parts.values()), "kernels": kernels, "top_kernels": top}
 
 
 # -------------------------------------------------------------------------------- correctness
