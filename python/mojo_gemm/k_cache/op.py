@@ -21,15 +21,11 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts._rules import DEVICE, Contract, check_types
-from .contracts.k_cache import (
-    FP8,
-    FP8_BITS,
-    K_MATMUL_RAGGED_PAGED_SCALE,
-    V_MATMUL_RAGGED_PAGED_SCALE,
-)
+from ..core.extension import ensure_kernels_loaded
+from ..core.rules import DEVICE, Contract, check_types
+from ..core.targets import op_target_parameters
+from ..fp8.contract import FP8, FP8_BITS
+from .contract import K_MATMUL_RAGGED_PAGED_SCALE, V_MATMUL_RAGGED_PAGED_SCALE
 
 
 def fp8_dtype_for(device: DeviceRef) -> DType:

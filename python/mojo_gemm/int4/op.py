@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from max.graph import TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts import INT4_MATMUL, int4_padded
-from .contracts._rules import INT, TENSOR, check_types, instance_of, optional
+from ..core.extension import ensure_kernels_loaded
+from ..core.rules import INT, TENSOR, check_types, instance_of, optional
+from ..core.targets import op_target_parameters
+from .contract import INT4_MATMUL, int4_padded
 
 OP_NAME = "multistage_gemm_q"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts.k_cache import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
+from ..core.extension import ensure_kernels_loaded
+from ..core.targets import op_target_parameters
+from .contract import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
 
 OP_NAME = "quantize_fp8_rows"
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._plan_op import compile_plans, plan_text
-from ._targets import check_plan_arch
-from .contracts import int4_padded
-from .contracts._rules import BOOL, INT, check_types
+from ..core.plan_op import compile_plans, plan_text
+from ..core.rules import BOOL, INT, check_types
+from ..core.targets import check_plan_arch
+from .contract import int4_padded
 
 OP_NAME = "multistage_gemm_q_plan"
 PLAN_BYTES = 256

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._plan_op import compile_plans, plan_text
-from ._targets import check_plan_arch
-from .contracts._rules import INT, INT_SEQ, check_types, optional
+from ..core.plan_op import compile_plans, plan_text
+from ..core.rules import INT, INT_SEQ, check_types, optional
+from ..core.targets import check_plan_arch
 
 OP_NAME = "k_matmul_ragged_paged_scale_plan"
 PLAN_BYTES = 64

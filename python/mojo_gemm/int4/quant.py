@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mojo_gemm.contracts._rules import BOOL, INT, NDARRAY, check_types
-from mojo_gemm.quant.checkpoint_formats import (
+from ..core.rules import BOOL, INT, NDARRAY, check_types
+from .checkpoint_formats import (
     NIBBLES_PER_WORD,
     act_order_perm,
     split_max_gptq_buffer,
@@ -26,7 +26,7 @@ from mojo_gemm.quant.checkpoint_formats import (
     unpack_columns,
     unpack_rows,
 )
-from mojo_gemm.quant.int4_layout import (
+from .layout import (
     N_TILE,
     PACK_FACTOR,
     pack_codes,

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from max.dtype import DType
 from max.graph import BufferValue, TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts.grouped import GROUPED_MATMUL, grouped_out_cols, grouped_out_rows
+from ..core.extension import ensure_kernels_loaded
+from ..core.targets import op_target_parameters
+from .contract import GROUPED_MATMUL, grouped_out_cols, grouped_out_rows
 
 OP_NAME = "grouped_matmul_sm100_persistent"
 OP_NAME_INPLACE = "grouped_matmul_sm100_persistent_inplace"
