@@ -127,7 +127,7 @@ def _same_device(device: torch.device, **tensors: torch.Tensor | None) -> None:
 
 @dataclass(frozen=True)
 class TorchInt4Weight:
-    """A packed int4 weight (`mojo_gemm.quant.int4_layout`) as torch tensors on one device.
+    """A packed int4 weight (`mojo_gemm.int4.layout`) as torch tensors on one device.
 
     qweight: uint32 [Np/64, Kp*8]; scales: the activation dtype [groups, Np]; zeros: same, or
     None (symmetric); perm: int64 [k] or None (act-order); n, k, group_size as `Int4Weight`.

@@ -1,7 +1,4 @@
-"""`GroupedLinear`: a `max.nn` layer holding an MoE expert bank, run by `grouped_matmul`.
-
-(Kept in its own module; the package's `layers.py` / `__init__.py` re-export it.)
-"""
+"""`GroupedLinear`: a `max.nn` layer holding an MoE expert bank, run by `grouped_matmul`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`max.nn` modules built on this package's ops."""
+"""`Int4Linear`: a `max.nn` layer holding a packed int4 weight (W4A16), run by `int4_matmul`."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ H200, e.g. "int4_gemm_mma BMxBNxBK=8x128x128 WMxWN=8x64 stages=4 warp_k=2 split_
 smem=108544" or "int4_gemm_wgmma ... split_k=1 smem=200832"; `arch="sm_89"` gives the Ampere
 path's mma.sync launch (split_k=1, the target's shared memory), `arch="gfx950"` the portable
 kernel's ("int4_gemm_portable ..."). It runs the dispatch's own Mojo function in a
-tiny CPU graph (`_plan_op`, compiled once per (group_size, has_zeros) and process), so
+tiny CPU graph (`core.plan_op`, compiled once per (group_size, has_zeros) and process), so
 benchmarks can record the config of every row and tests can check the plan without a GPU.
 """
 

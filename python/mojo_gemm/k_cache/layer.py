@@ -52,7 +52,7 @@ class PagedKVProjection(Module):
         Weights (load_state_dict names): k_weight, v_weight e4m3 [N, hidden_size] (uint8 bits
         on CPU), N = n_kv_heads · head_dim; k_weight_scale, v_weight_scale float32
         [ceil(N/block), ceil(hidden_size/block)]. Raises TypeError / ValueError naming the
-        argument (`contracts.k_cache.PAGED_KV_PROJECTION`).
+        argument (`contracts.PAGED_KV_PROJECTION`).
         """
         super().__init__()
         PAGED_KV_PROJECTION.validate(
