@@ -1,6 +1,6 @@
 """Helpers shared by the W4A16 GPU test and benchmark (standalone programs, see
 ../shared/gpu/README.md): random fills on the device, a naive fp32 reference kernel that decodes
-the packed layout element by element (inverse index map of python/mojo_gemm/int4/layout.py), comparison, and a
+the packed layout element by element (inverse index map of mojo_gemm/int4/layout.py), comparison, and a
 GPU-timed launch loop.
 """
 
