@@ -57,6 +57,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+from mojo_gemm.fp8.quant import quantize_fp8_blockwise
 from mojo_gemm.models.decoder import (
     FP8_BLOCK,
     DecoderConfig,
@@ -64,7 +65,6 @@ from mojo_gemm.models.decoder import (
     LayerWeights,
     int4_pow2,
 )
-from mojo_gemm.quant.fp8 import quantize_fp8_blockwise
 
 T0 = time.perf_counter()
 BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "540"))
@@ -448,7 +448,7 @@ def max_model(weights: DecoderWeights) -> Any:
     from max.graph import DeviceRef
     from max_builtin_decoder import MaxDecoder, gptq_buffer, repack_gptq
 
-    from mojo_gemm.quant.int4 import Int4Weight
+    from mojo_gemm.int4.quant import Int4Weight
 
     acc = Accelerator()
     raws = [gptq_buffer(w) for layer in weights.layers for w in (layer.q, layer.o)]

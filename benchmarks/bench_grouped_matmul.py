@@ -271,7 +271,7 @@ def ours_graph(name: str, device: Any, copies: int, module: Any) -> Any:
     from max.graph import BufferType, Graph, TensorType, ops
 
     from mojo_gemm import kernels_package
-    from mojo_gemm.grouped import OP_NAME_INPLACE
+    from mojo_gemm.grouped.op import OP_NAME_INPLACE
 
     bf16 = DType.bfloat16
     types: list[Any] = [TensorType(bf16, ["rows", "K"], device)] * copies
@@ -414,7 +414,7 @@ def sampled_error(got_bits: np.ndarray, a_bits: np.ndarray, w_bits: np.ndarray,
 def run_ours(rows: dict[tuple[str, int, str], dict[str, Any]], d: Device,
              cases: Sequence[Case], models: dict[str, Any]) -> None:
     """Checks then times our op on every case (one model's bank at a time)."""
-    from mojo_gemm.moe_routing import group_tokens_by_expert
+    from mojo_gemm.grouped.routing import group_tokens_by_expert
 
     copies = R if d.gpu else 1
     m_many, m_one = models[f"ours_r{copies}"], models["ours_r1"]
@@ -471,7 +471,7 @@ def run_ours(rows: dict[tuple[str, int, str], dict[str, Any]], d: Device,
 def run_max(rows: dict[tuple[str, int, str], dict[str, Any]], d: Device,
             cases: Sequence[Case], models: dict[str, Any], label: str) -> None:
     """Times MAX's grouped_matmul_ragged where the budget allows; notes why a case is skipped."""
-    from mojo_gemm.moe_routing import group_tokens_by_expert
+    from mojo_gemm.grouped.routing import group_tokens_by_expert
 
     m_many, m_one = models[f"max_r{R}"], models["max_r1"]
     for group in by_model(cases).values():

@@ -148,9 +148,9 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], device_kind: str,
     from max.engine import InferenceSession
     from max.graph import DeviceRef
 
-    from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
-    from mojo_gemm.int4_plan import int4_gpu_plan
-    from mojo_gemm.quant.int4_layout import permute_group_params, unpack_codes
+    from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
+    from mojo_gemm.int4.layout import permute_group_params, unpack_codes
+    from mojo_gemm.int4.plan import int4_gpu_plan
 
     gpu = device_kind == "gpu"
     dev = Accelerator() if gpu else CPU()
@@ -220,7 +220,7 @@ def graph_floor(k: int = 4096) -> dict[str, float]:
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from mojo_gemm._host import to_buffer
+    from mojo_gemm.core.host import to_buffer
 
     acc, gpu = Accelerator(), DeviceRef.GPU()
     with Graph("graph_floor", input_types=[TensorType(DType.bfloat16, [1, k], gpu)] * R) as g:
@@ -247,7 +247,7 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]], m_values: tuple
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from mojo_gemm._host import to_buffer
+    from mojo_gemm.core.host import to_buffer
 
     gpu, acc = DeviceRef.GPU(), Accelerator()
     session = InferenceSession(devices=[acc])

@@ -198,7 +198,7 @@ def rand_fp8_bits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
 
 def fp8_f64(bits: np.ndarray) -> np.ndarray:
     """float64 values of e4m3fn bit patterns."""
-    from mojo_gemm.quant.fp8 import E4M3
+    from mojo_gemm.fp8.quant import E4M3
 
     return np.ascontiguousarray(bits, np.uint8).view(E4M3).astype(np.float64)
 
@@ -356,7 +356,7 @@ def build_graph(module: Any, contender: str, p: Problem, cache: str, copies: int
     from max.nn.kernels import matmul_k_cache_ragged_scaled_float8
     from max.nn.kv_cache import PagedCacheValues
 
-    from mojo_gemm.k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale
+    from mojo_gemm.k_cache.op import fp8_dtype_for, k_matmul_ragged_paged_scale
 
     cpu, u32, f32 = DeviceRef.CPU(), DType.uint32, DType.float32
     fp8 = fp8_dtype_for(device)
@@ -439,7 +439,7 @@ class Pool:
         from max.driver import Buffer
         from max.dtype import DType
 
-        from mojo_gemm.k_cache import fp8_dtype_for
+        from mojo_gemm.k_cache.op import fp8_dtype_for
 
         self.n, self.cache, self.layers = p.n, cache, layers
         self.page_elems = 2 * layers * PAGE * p.n
@@ -468,7 +468,7 @@ class ProblemData:
 def problem_data(p: Problem, copies: int, rng: np.random.Generator, dev: Any,
                  device: Any) -> ProblemData:
     """Random weight and weight scales; min(copies, harness.weight_copies) device copies."""
-    from mojo_gemm.quant.fp8 import fp8_buffer
+    from mojo_gemm.fp8.quant import fp8_buffer
 
     w = rand_fp8_bits(rng, (p.n, p.k))
     s_w = rng.uniform(0.5, 1.5, (p.n // GRAN[1], p.k // GRAN[2])).astype(np.float32)
@@ -508,7 +508,7 @@ def make_case(d: ProblemData, cache: str, t: int, pool: Pool, copies: int,
     buffers with equal values; weights rotate over d.w_dev)."""
     from max.driver import Buffer
 
-    from mojo_gemm.quant.fp8 import fp8_buffer
+    from mojo_gemm.fp8.quant import fp8_buffer
 
     p, batch = d.p, make_batch(t)
     hid = rand_fp8_bits(rng, (t, p.k))
@@ -548,7 +548,7 @@ def check_ours(model: Any, case: Case, pool: Pool, sync: Callable[[], None]) -> 
     """
     from max.driver import Buffer
 
-    from mojo_gemm.quant.fp8 import to_e4m3
+    from mojo_gemm.fp8.quant import to_e4m3
 
     page, slot = case.batch.slots()
     storage = np.uint16 if pool.cache == "bf16" else np.uint8
@@ -633,7 +633,7 @@ def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: 
     """
     from max.graph import Module
 
-    from mojo_gemm.k_cache_plan import k_cache_gpu_plan
+    from mojo_gemm.k_cache.plan import k_cache_gpu_plan
 
     rng = np.random.default_rng(0 if cache == "bf16" else 2)
     for p in problems:

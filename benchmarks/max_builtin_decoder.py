@@ -42,7 +42,9 @@ from max.nn.kernels import (
 from max.nn.kv_cache import PagedCacheValues
 from max.nn.quant_config import InputScaleSpec, ScaleGranularity, ScaleOrigin, WeightScaleSpec
 
-from mojo_gemm._host import to_buffer, to_numpy
+from mojo_gemm.core.host import to_buffer, to_numpy
+from mojo_gemm.int4.layout import unpack_codes, unpermute_group_params
+from mojo_gemm.int4.quant import Int4Weight
 from mojo_gemm.models.decoder import (
     DTYPE,
     FP8_BLOCK,
@@ -51,8 +53,6 @@ from mojo_gemm.models.decoder import (
     MoEDecoder,
     RMSNorm,
 )
-from mojo_gemm.quant.int4 import Int4Weight
-from mojo_gemm.quant.int4_layout import unpack_codes, unpermute_group_params
 
 GPTQ_GROUP = 128
 """The only group size of MAX's GPTQ kernel (`qmatmul_b4_g128`)."""

@@ -18,7 +18,7 @@ from max.engine import InferenceSession
 from max.graph import DeviceRef, TensorType
 
 from mojo_gemm import Int4Linear, Int4Weight
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
 
 
 def main() -> None:

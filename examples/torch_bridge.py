@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from mojo_gemm import Int4Weight, group_tokens_by_expert, interleave_gate_up
-from mojo_gemm.quant.fp8 import quantize_fp8_blockwise, quantize_fp8_input
+from mojo_gemm.fp8.quant import quantize_fp8_blockwise, quantize_fp8_input
 from mojo_gemm.torch_bridge import (
     TorchInt4Weight,
     grouped_matmul,

@@ -68,7 +68,7 @@ def compile_grouped() -> None:
     from max.engine import InferenceSession
     from max.graph import BufferType, DeviceRef, Graph, TensorType
 
-    from mojo_gemm.grouped import grouped_matmul
+    from mojo_gemm.grouped.op import grouped_matmul
 
     gpu = DeviceRef.GPU()
     e = 8
@@ -108,7 +108,7 @@ def compile_k_cache() -> None:
     from max.graph import BufferType, DeviceRef, Graph, TensorType
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-    from mojo_gemm.k_cache import k_matmul_ragged_paged_scale
+    from mojo_gemm.k_cache.op import k_matmul_ragged_paged_scale
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
     fp8 = DType.float8_e4m3fn
@@ -168,7 +168,7 @@ def compile_kv_projection() -> None:
     from max.nn import LayerList, Module
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-    from mojo_gemm.kv_projection import PagedKVProjection
+    from mojo_gemm.k_cache.layer import PagedKVProjection
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
     # (cache dtype, activation dtype, hidden)
@@ -225,8 +225,8 @@ def compile_every_op() -> None:
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
     from mojo_gemm import Int4Linear
-    from mojo_gemm.grouped import grouped_matmul
-    from mojo_gemm.kv_projection import PagedKVProjection
+    from mojo_gemm.grouped.op import grouped_matmul
+    from mojo_gemm.k_cache.layer import PagedKVProjection
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
     bf16, hidden, experts = DType.bfloat16, 512, 4

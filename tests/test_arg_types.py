@@ -1,5 +1,5 @@
 """Every public function and layer rejects an argument of the wrong Python type with a TypeError
-naming the argument (`contracts._rules.check_types`), before any shape rule, MAX or a compile.
+naming the argument (`core.rules.check_types`), before any shape rule, MAX or a compile.
 
 Each case is a callable of the public API with a valid argument set; each argument in turn gets
 wrong-typed values (a float or string for an int, a bool for an int, a TensorValue for a buffer,
@@ -21,7 +21,7 @@ from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
 import mojo_gemm as mg
-from mojo_gemm.quant.int4 import Int4Weight
+from mojo_gemm.int4.quant import Int4Weight
 
 CPU = DeviceRef.CPU()
 BF16, U32 = DType.bfloat16, DType.uint32

@@ -25,7 +25,6 @@ from safetensors.numpy import save_file
 
 from checkpoint_fixtures import make_awq, make_gptq
 from mojo_gemm import GroupedLinear, Int4Linear, group_tokens_by_expert
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
 from mojo_gemm.checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -37,9 +36,10 @@ from mojo_gemm.checkpoints import (
     moe_block_state,
     read_int4,
 )
-from mojo_gemm.kv_projection import PagedKVProjection
-from mojo_gemm.moe_block import MoEBlock
-from mojo_gemm.quant.fp8 import quantize_fp8_input
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.fp8.quant import quantize_fp8_input
+from mojo_gemm.grouped.moe import MoEBlock
+from mojo_gemm.k_cache.layer import PagedKVProjection
 
 F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -26,18 +26,18 @@ from max.nn import Module
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
 
-from mojo_gemm._host import to_buffer, to_numpy
-from mojo_gemm.fp8_quantize import quantize_fp8_rows
-from mojo_gemm.grouped import grouped_matmul
-from mojo_gemm.grouped_layer import GroupedLinear
-from mojo_gemm.k_cache import (
+from mojo_gemm.core.host import to_buffer, to_numpy
+from mojo_gemm.fp8.op import quantize_fp8_rows
+from mojo_gemm.fp8.quant import fp8_buffer
+from mojo_gemm.grouped.layer import GroupedLinear
+from mojo_gemm.grouped.moe import MoEBlock
+from mojo_gemm.grouped.op import grouped_matmul
+from mojo_gemm.k_cache.layer import PagedKVProjection
+from mojo_gemm.k_cache.op import (
     fp8_dtype_for,
     k_matmul_ragged_paged_scale,
     v_matmul_ragged_paged_scale,
 )
-from mojo_gemm.kv_projection import PagedKVProjection
-from mojo_gemm.moe_block import MoEBlock
-from mojo_gemm.quant.fp8 import fp8_buffer
 
 E, K, N = 4, 64, 32  # grouped: bank [E, N, K]
 INTER = 16  # GroupedLinear / MoEBlock intermediate size

@@ -16,7 +16,7 @@ import test_grouped
 import test_int4_graph
 import test_k_cache
 
-from mojo_gemm._targets import FORCE_ENV
+from mojo_gemm.core.targets import FORCE_ENV
 
 PATHS = ["ampere", "portable"]
 

@@ -1,4 +1,4 @@
-"""`mojo_gemm.quant.fp8`: block quantization, the op's activation-scale layout, and DeepSeek
+"""`mojo_gemm.fp8.quant`: block quantization, the op's activation-scale layout, and DeepSeek
 checkpoints (weight + weight_scale_inv), checked against an independent float64 encoder."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mojo_gemm.quant.fp8 import (
+from mojo_gemm.fp8.quant import (
     E4M3,
     Fp8Blockwise,
     quantize_fp8_blockwise,

@@ -21,9 +21,9 @@ from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
-from mojo_gemm._host import numpy_dtype, to_buffer
-from mojo_gemm.fp8_quantize import quantize_fp8_rows
-from mojo_gemm.quant.fp8 import E4M3, quantize_fp8_input
+from mojo_gemm.core.host import numpy_dtype, to_buffer
+from mojo_gemm.fp8.op import quantize_fp8_rows
+from mojo_gemm.fp8.quant import E4M3, quantize_fp8_input
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from max.dtype import DType
 from max.engine import InferenceSession
 from max.graph import BufferType, DeviceRef, Graph, TensorType
 
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
-from mojo_gemm.grouped import grouped_matmul
-from mojo_gemm.grouped_layer import GroupedLinear
-from mojo_gemm.moe_routing import group_tokens_by_expert, interleave_gate_up
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.grouped.layer import GroupedLinear
+from mojo_gemm.grouped.op import grouped_matmul
+from mojo_gemm.grouped.routing import group_tokens_by_expert, interleave_gate_up
 
 E = 4
 K1, N1 = 136, 200  # plain (bf16)

@@ -11,10 +11,10 @@ import pytest
 from max.dtype import DType
 from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue
 
-from mojo_gemm.contracts.grouped import GROUPED_MATMUL
-from mojo_gemm.grouped import grouped_matmul
-from mojo_gemm.grouped_layer import GroupedLinear
-from mojo_gemm.moe_routing import group_tokens_by_expert, interleave_gate_up
+from mojo_gemm.grouped.contract import GROUPED_MATMUL
+from mojo_gemm.grouped.layer import GroupedLinear
+from mojo_gemm.grouped.op import grouped_matmul
+from mojo_gemm.grouped.routing import group_tokens_by_expert, interleave_gate_up
 
 CPU, GPU = DeviceRef.CPU(), DeviceRef.GPU()
 BF16, F16, F32, U32, I32 = DType.bfloat16, DType.float16, DType.float32, DType.uint32, DType.int32

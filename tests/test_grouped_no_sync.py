@@ -29,8 +29,8 @@ from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import BufferType, DeviceRef, Graph, TensorType
 
-from mojo_gemm._host import to_buffer, to_numpy
-from mojo_gemm.grouped import grouped_matmul
+from mojo_gemm.core.host import to_buffer, to_numpy
+from mojo_gemm.grouped.op import grouped_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

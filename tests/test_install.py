@@ -22,7 +22,7 @@ from max.driver import CPU
 from max.dtype import DType
 from max.engine import InferenceSession
 from max.graph import DeviceRef, TensorType
-from mojo_gemm._host import to_buffer, to_numpy
+from mojo_gemm.core.host import to_buffer, to_numpy
 
 venv = Path(sys.prefix).resolve()
 kernels = mojo_gemm.kernels_path().resolve()

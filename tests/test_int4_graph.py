@@ -19,7 +19,7 @@ from max.nn import LayerList, Module
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
 from mojo_gemm import Int4Linear, Int4Weight
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
 
 M_VALUES = (0, 1, 7, 16, 33, 300)
 """M = 0: an empty batch (serving loops hand them to layers) returns an empty [0, N]."""

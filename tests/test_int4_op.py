@@ -18,8 +18,8 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, ops
 
 from mojo_gemm import kernels_package
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
-from mojo_gemm.quant.int4_layout import pack_codes, padded_shape, permute_group_params
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.int4.layout import pack_codes, padded_shape, permute_group_params
 
 OP = "multistage_gemm_q"
 REL_TOL = 1e-2

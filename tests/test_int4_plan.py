@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from mojo_gemm.int4_plan import compile_int4_plans, int4_gpu_plan
+from mojo_gemm.int4.plan import compile_int4_plans, int4_gpu_plan
 
 SMEM_LIMIT = 227 * 1024
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
-from mojo_gemm.quant.int4 import Int4Weight
-from mojo_gemm.quant.int4_layout import (
+from mojo_gemm.int4.layout import (
     pack_codes,
     permute_group_params,
     unpack_codes,
     unpermute_group_params,
 )
+from mojo_gemm.int4.quant import Int4Weight
 
 GROUP_SIZES = (32, 64, 128, -1)
 

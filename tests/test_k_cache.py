@@ -30,17 +30,17 @@ from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
 
-from mojo_gemm.k_cache import (
-    fp8_dtype_for,
-    k_matmul_ragged_paged_scale,
-    v_matmul_ragged_paged_scale,
-)
-from mojo_gemm.quant.fp8 import (
+from mojo_gemm.fp8.quant import (
     E4M3,
     fp8_buffer,
     quantize_fp8_blockwise,
     quantize_fp8_input,
     to_e4m3,
+)
+from mojo_gemm.k_cache.op import (
+    fp8_dtype_for,
+    k_matmul_ragged_paged_scale,
+    v_matmul_ragged_paged_scale,
 )
 
 PAGE = 16

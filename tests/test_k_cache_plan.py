@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from mojo_gemm import k_cache_gpu_plan
-from mojo_gemm.k_cache_plan import compile_k_cache_plans
+from mojo_gemm.k_cache.plan import compile_k_cache_plans
 
 K = 4096
 

@@ -26,10 +26,10 @@ from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
 from test_k_cache import BATCHES, PAGE, Batch, decode_storage, make_lut, reference
 
-from mojo_gemm._host import numpy_dtype, to_buffer
-from mojo_gemm.k_cache import fp8_dtype_for
-from mojo_gemm.kv_projection import PagedKVProjection
-from mojo_gemm.quant.fp8 import quantize_fp8_blockwise, quantize_fp8_input, to_e4m3
+from mojo_gemm.core.host import numpy_dtype, to_buffer
+from mojo_gemm.fp8.quant import quantize_fp8_blockwise, quantize_fp8_input, to_e4m3
+from mojo_gemm.k_cache.layer import PagedKVProjection
+from mojo_gemm.k_cache.op import fp8_dtype_for
 
 TOL = 2e-2
 

@@ -20,9 +20,9 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, TensorValue
 from max.nn import LayerList, Module
 
-from mojo_gemm._host import to_buffer, to_numpy
+from mojo_gemm.core.host import to_buffer, to_numpy
+from mojo_gemm.grouped.moe import MoEBlock
 from mojo_gemm.models.reference import moe_reference, round_to
-from mojo_gemm.moe_block import MoEBlock
 
 T_VALUES = (1, 7, 37)
 TOL = 1e-2

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from max.driver import Buffer
 
-from mojo_gemm._host import to_numpy
+from mojo_gemm.core.host import to_numpy
 from mojo_gemm.models.decoder import DecoderConfig, random_weights
 from mojo_gemm.models.reference import ReferenceDecoder
 from mojo_gemm.models.runtime import DecoderRunner

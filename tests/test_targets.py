@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from mojo_gemm._targets import force_path_value, gpu_path
+from mojo_gemm.core.targets import force_path_value, gpu_path
 from subprocess_env import child_env
 
 

@@ -21,7 +21,7 @@ from mojo_gemm import (  # noqa: E402
     interleave_gate_up,
     torch_bridge,
 )
-from mojo_gemm.quant.fp8 import quantize_fp8_blockwise, quantize_fp8_input  # noqa: E402
+from mojo_gemm.fp8.quant import quantize_fp8_blockwise, quantize_fp8_input  # noqa: E402
 from mojo_gemm.torch_bridge import (  # noqa: E402
     TorchInt4Weight,
     grouped_matmul,

@@ -23,21 +23,21 @@ Public API:
 """
 
 from . import contracts
-from ._extension import kernels_package, kernels_path
-from ._targets import gpu_path
-from .fp8_quantize import quantize_fp8_rows
-from .grouped import grouped_matmul
-from .grouped_layer import GroupedLinear
-from .int4 import Int4WeightValues, int4_matmul
-from .int4_plan import int4_gpu_plan
-from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
-from .k_cache_plan import k_cache_gpu_plan
-from .kv_projection import PagedKVProjection
-from .layers import Int4Linear
-from .moe_block import MoEBlock
-from .moe_routing import ExpertGrouping, group_tokens_by_expert, interleave_gate_up
-from .quant.fp8 import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
-from .quant.int4 import Int4Weight
+from .core.extension import kernels_package, kernels_path
+from .core.targets import gpu_path
+from .fp8.op import quantize_fp8_rows
+from .fp8.quant import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
+from .grouped.layer import GroupedLinear
+from .grouped.moe import MoEBlock
+from .grouped.op import grouped_matmul
+from .grouped.routing import ExpertGrouping, group_tokens_by_expert, interleave_gate_up
+from .int4.layer import Int4Linear
+from .int4.op import Int4WeightValues, int4_matmul
+from .int4.plan import int4_gpu_plan
+from .int4.quant import Int4Weight
+from .k_cache.layer import PagedKVProjection
+from .k_cache.op import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .k_cache.plan import k_cache_gpu_plan
 
 __all__ = [
     "ExpertGrouping",

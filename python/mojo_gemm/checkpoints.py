@@ -56,13 +56,13 @@ import ml_dtypes
 import numpy as np
 from max.driver import Buffer
 
-from ._host import to_buffer
-from .grouped_layer import GroupedLinear
-from .kv_projection import PagedKVProjection
-from .layers import Int4Linear
-from .moe_block import MoEBlock
-from .quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
-from .quant.int4 import Int4Weight
+from .core.host import to_buffer
+from .fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
+from .grouped.layer import GroupedLinear
+from .grouped.moe import MoEBlock
+from .int4.layer import Int4Linear
+from .int4.quant import Int4Weight
+from .k_cache.layer import PagedKVProjection
 
 FORMATS = ("gptq", "awq", "fp8", "dense")
 """What `detect_format` returns."""

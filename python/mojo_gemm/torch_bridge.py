@@ -32,12 +32,12 @@ from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-from ._extension import kernels_package
-from .grouped import grouped_matmul as _grouped_matmul
-from .int4 import Int4WeightValues
-from .int4 import int4_matmul as _int4_matmul
-from .k_cache import k_matmul_ragged_paged_scale as _k_matmul
-from .quant.int4 import Int4Weight
+from .core.extension import kernels_package
+from .grouped.op import grouped_matmul as _grouped_matmul
+from .int4.op import Int4WeightValues
+from .int4.op import int4_matmul as _int4_matmul
+from .int4.quant import Int4Weight
+from .k_cache.op import k_matmul_ragged_paged_scale as _k_matmul
 
 if TYPE_CHECKING:
     import torch
@@ -127,7 +127,7 @@ def _same_device(device: torch.device, **tensors: torch.Tensor | None) -> None:
 
 @dataclass(frozen=True)
 class TorchInt4Weight:
-    """A packed int4 weight (`mojo_gemm.quant.int4_layout`) as torch tensors on one device.
+    """A packed int4 weight (`mojo_gemm.int4.layout`) as torch tensors on one device.
 
     qweight: uint32 [Np/64, Kp*8]; scales: the activation dtype [groups, Np]; zeros: same, or
     None (symmetric); perm: int64 [k] or None (act-order); n, k, group_size as `Int4Weight`.

@@ -1,4 +1,4 @@
-"""Writes small W4A16 problems packed with python/mojo_gemm/quant/int4_layout.py, plus their
+"""Writes small W4A16 problems packed with python/mojo_gemm/int4/layout.py, plus their
 float64 results, for tests/mojo/int4_gemm_gpu_test.mojo (which checks the GPU kernels against
 them, so the Mojo side is tested against the layout's single definition).
 
@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from mojo_gemm.quant.int4_layout import pack_codes, padded_shape, permute_group_params
+from mojo_gemm.int4.layout import pack_codes, padded_shape, permute_group_params
 
 # (M, N, K, g, has_zeros, has_bias, dtype): one case per tile config of gpu_dispatch.
 CASES = [

@@ -6,7 +6,7 @@
 (`pp`: also the experimental software-pipelined wgmma configs, not dispatched yet.)
 
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
-2. Fixture problems packed by python/mojo_gemm/quant/int4_layout.py with float64 results: the
+2. Fixture problems packed by python/mojo_gemm/int4/layout.py with float64 results: the
    naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match,
    and so must every wgmma config (gpu_wgmma.mojo) launched directly with split_k 1, 2, 3, and
    every mma.sync PIPE_WARP config launched directly with split_k 1, 2, 3.

@@ -1,6 +1,6 @@
 """Helpers shared by the W4A16 GPU test and benchmark (standalone programs, see
 ../shared/gpu/README.md): random fills on the device, a naive fp32 reference kernel that decodes
-the packed layout element by element (inverse index map of int4_layout.py), comparison, and a
+the packed layout element by element (inverse index map of mojo_gemm/int4/layout.py), comparison, and a
 GPU-timed launch loop.
 """
 
@@ -96,7 +96,7 @@ def ref_kernel[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
 ):
     """ref_out[i, n] = Σ_k x[sample_row(i), k] · W[n, k] (+ bias[n]) in fp32, i < nrows.
 
-    W is decoded one element at a time with the inverse of int4_layout.py's map:
+    W is decoded one element at a time with the inverse of int4/layout.py's map:
     band T = n / 64, nl = n % 64, r = nl % 16, w = nl / 16, kt = k / 16, kl = k % 16,
     lane = 4 (r % 8) + (kl % 8) / 2, nibble j = 4 (kl % 2) + 2 (r / 8) + kl / 8,
     word = T·Kp·8 + kt·128 + 4·lane + w; scale column 64T + 8 (nl % 8) + nl / 8.

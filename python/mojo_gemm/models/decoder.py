@@ -34,12 +34,12 @@ from max.nn.attention import MHAMaskVariant
 from max.nn.kernels import flash_attention_ragged
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-from .._host import to_buffer
-from ..kv_projection import PagedKVProjection
-from ..layers import Int4Linear
-from ..moe_block import MoEBlock
-from ..quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
-from ..quant.int4 import Int4Weight
+from ..core.host import to_buffer
+from ..fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
+from ..grouped.moe import MoEBlock
+from ..int4.layer import Int4Linear
+from ..int4.quant import Int4Weight
+from ..k_cache.layer import PagedKVProjection
 
 DTYPE = DType.bfloat16
 """Activation and weight storage dtype of the model."""

@@ -21,8 +21,8 @@ import ml_dtypes
 import numpy as np
 from max.dtype import DType
 
-from .._host import numpy_dtype
-from ..quant.fp8 import quantize_fp8_input
+from ..core.host import numpy_dtype
+from ..fp8.quant import quantize_fp8_input
 from .decoder import DTYPE, FP8_BLOCK, DecoderWeights
 
 

@@ -36,7 +36,7 @@ from max.nn import Module
 from max.nn.kv_cache import MHAKVCacheParams
 from max.nn.kv_cache.cache_params import page_stride_of
 
-from .._host import to_numpy
+from ..core.host import to_numpy
 from .decoder import DecoderWeights, MoEDecoder, build_graph
 
 CACHE_LENGTH_BUCKET = 256

@@ -1,6 +1,6 @@
 """The shape, dtype and layout rules of every op, in one place.
 
-Each op has a `Contract` (contracts/_rules.py): a list of `Rule`s. A rule has the sentence that
+Each op has a `Contract` (core/rules.py): a list of `Rule`s. A rule has the sentence that
 documents it and a check that, given the op's arguments, returns None or the (expected, actual)
 pair that broke it. `Contract.validate` raises the rule's error type (`TypeError` for dtypes,
 `ValueError` for the rest) with a message naming the op, the argument, the rule, the expected
@@ -9,24 +9,24 @@ documentation and the errors cannot drift apart (tests/test_contracts.py checks 
 
 Checks run while the graph is built, on static shapes: a symbolic dimension is accepted where
 the rule allows it (M, leading dims) and rejected where the kernel needs a number (K, N).
-One module per op holds its contract; this package lists them all.
+Each op's sub-package holds its contract (`<op>/contract.py`); this module lists them all.
 """
 
-from ._rules import Contract, Rule
-from .grouped import GROUPED_DTYPES, GROUPED_MATMUL
-from .int4 import (
+from .core.rules import Contract, Rule
+from .fp8.contract import QUANTIZE_FP8_ROWS
+from .grouped.contract import GROUPED_DTYPES, GROUPED_MATMUL
+from .int4.contract import (
     INT4_ACTIVATION_DTYPES,
     INT4_GROUP_SIZES,
     INT4_MATMUL,
     int4_num_groups,
     int4_padded,
 )
-from .k_cache import (
+from .k_cache.contract import (
     K_CACHE_DTYPES,
     K_MATMUL_RAGGED_PAGED_SCALE,
     PAGED_KV_PROJECTION,
     PAGED_KV_PROJECTION_CALL,
-    QUANTIZE_FP8_ROWS,
     V_MATMUL_RAGGED_PAGED_SCALE,
 )
 

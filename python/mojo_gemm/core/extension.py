@@ -14,8 +14,9 @@ from pathlib import Path
 
 from max.graph import Graph
 
-_HERE = Path(__file__).resolve().parent
-_CANDIDATES = (_HERE / "mojo_kernels", _HERE.parents[1] / "mojo_kernels")
+_PACKAGE = Path(__file__).resolve().parents[1]
+"""The `mojo_gemm` directory (this module lives in its `core/`)."""
+_CANDIDATES = (_PACKAGE / "mojo_kernels", _PACKAGE.parents[1] / "mojo_kernels")
 
 
 def kernels_path() -> Path:

@@ -5,7 +5,7 @@ H200, e.g. "int4_gemm_mma BMxBNxBK=8x128x128 WMxWN=8x64 stages=4 warp_k=2 split_
 smem=108544" or "int4_gemm_wgmma ... split_k=1 smem=200832"; `arch="sm_89"` gives the Ampere
 path's mma.sync launch (split_k=1, the target's shared memory), `arch="gfx950"` the portable
 kernel's ("int4_gemm_portable ..."). It runs the dispatch's own Mojo function in a
-tiny CPU graph (`_plan_op`, compiled once per (group_size, has_zeros) and process), so
+tiny CPU graph (`core.plan_op`, compiled once per (group_size, has_zeros) and process), so
 benchmarks can record the config of every row and tests can check the plan without a GPU.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._plan_op import compile_plans, plan_text
-from ._targets import check_plan_arch
-from .contracts import int4_padded
-from .contracts._rules import BOOL, INT, check_types
+from ..core.plan_op import compile_plans, plan_text
+from ..core.rules import BOOL, INT, check_types
+from ..core.targets import check_plan_arch
+from .contract import int4_padded
 
 OP_NAME = "multistage_gemm_q_plan"
 PLAN_BYTES = 256

@@ -15,7 +15,7 @@ from functools import cache
 
 from max.graph import DeviceRef
 
-from .contracts._rules import STR, check_types, optional
+from .rules import STR, check_types, optional
 
 FORCE_ENV = "MOJO_GEMM_FORCE_PATH"
 FORCE_VALUES = {"": 0, "auto": 0, "ampere": 1, "portable": 2}

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from max.dtype import DType
 from max.graph import BufferValue, TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts.grouped import GROUPED_MATMUL, grouped_out_cols, grouped_out_rows
+from ..core.extension import ensure_kernels_loaded
+from ..core.targets import op_target_parameters
+from .contract import GROUPED_MATMUL, grouped_out_cols, grouped_out_rows
 
 OP_NAME = "grouped_matmul_sm100_persistent"
 OP_NAME_INPLACE = "grouped_matmul_sm100_persistent_inplace"
@@ -61,10 +61,10 @@ def grouped_matmul(
     Returns c (a's dtype, [T, N] or [T, N / 2]) whose rows outside the active groups are
     unspecified; or, when `out` (a buffer of that shape) is given, writes into it and returns
     None (rows of inactive groups keep their contents). Raises TypeError/ValueError
-    (`contracts.grouped.GROUPED_MATMUL`) at graph-build time for bad ranks, dtypes, shapes or
+    (`contracts.GROUPED_MATMUL`) at graph-build time for bad ranks, dtypes, shapes or
     devices, TypeError naming the argument for a value of the wrong Python type (e.g. a
     TensorValue as `out`), and ValueError for a GPU target no kernel path supports
-    (`mojo_gemm._targets`); runtime data is clamped as described in the module docstring.
+    (`mojo_gemm.core.targets`); runtime data is clamped as described in the module docstring.
     """
     splits = tuple(a_plane_splits) if isinstance(a_plane_splits, (tuple, list)) else a_plane_splits
     GROUPED_MATMUL.validate(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ..contracts._rules import ARRAY, INT, INT_SEQ, check_types, instance_of, optional
+from ..core.rules import ARRAY, INT, INT_SEQ, check_types, instance_of, optional
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 """numpy dtype of float8_e4m3fn values."""

@@ -1,7 +1,7 @@
 """`Int4Weight`: the host container of a 4-bit weight in our packed layout (numpy).
 
 The packed layout itself (qweight words, the 8 x 8 transpose of scales/zeros, padding of N to
-64 and K to 128) is defined in `mojo_gemm.quant.int4_layout`. This module turns logical codes,
+64 and K to 128) is defined in `mojo_gemm.int4.layout`. This module turns logical codes,
 float weights, and GPTQ / AWQ / MAX-GPTQ checkpoint tensors into that layout, validating every
 argument, and dequantizes back for reference computations.
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mojo_gemm.contracts._rules import BOOL, INT, NDARRAY, check_types
-from mojo_gemm.quant.checkpoint_formats import (
+from ..core.rules import BOOL, INT, NDARRAY, check_types
+from .checkpoint_formats import (
     NIBBLES_PER_WORD,
     act_order_perm,
     split_max_gptq_buffer,
@@ -26,7 +26,7 @@ from mojo_gemm.quant.checkpoint_formats import (
     unpack_columns,
     unpack_rows,
 )
-from mojo_gemm.quant.int4_layout import (
+from .layout import (
     N_TILE,
     PACK_FACTOR,
     pack_codes,
@@ -169,12 +169,12 @@ def _packed_codes_int32(name: str, a: object) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Int4Weight:
-    """A 4-bit weight W [n, k] in the packed layout of `mojo_gemm.quant.int4_layout`.
+    """A 4-bit weight W [n, k] in the packed layout of `mojo_gemm.int4.layout`.
 
     Fields (Np = round_up(n, 64), Kp = round_up(k, 128), G = `num_groups`):
       n, k: logical out / in features.
       group_size: 32, 64, 128, or -1 (per channel: one group of Kp).
-      qweight: uint32 [Np / 64, Kp * 8], `int4_layout.pack_codes` of the padded codes.
+      qweight: uint32 [Np / 64, Kp * 8], `layout.pack_codes` of the padded codes.
       scales: float32 [G, Np], stored (8 x 8 permuted) layout.
       zeros: float32 [G, Np] stored layout with integer values 0..15, or None (symmetric: 8).
       perm: int64 [k] act-order permutation (packed K position j holds input feature perm[j]),

@@ -17,11 +17,12 @@ from max.graph import DeviceRef, TensorValue, Weight
 from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
-from .contracts._rules import ARRAY, check_types, instance_of
-from .contracts.k_cache import FP8, PAGED_KV_PROJECTION, PAGED_KV_PROJECTION_CALL
-from .fp8_quantize import quantize_fp8_rows
-from .k_cache import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
-from .quant.fp8 import Fp8Blockwise, quantize_fp8_blockwise
+from ..core.rules import ARRAY, check_types, instance_of
+from ..fp8.contract import FP8
+from ..fp8.op import quantize_fp8_rows
+from ..fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
+from .contract import PAGED_KV_PROJECTION, PAGED_KV_PROJECTION_CALL
+from .op import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
 
 _CPU = DeviceRef.CPU()
 
@@ -51,7 +52,7 @@ class PagedKVProjection(Module):
         Weights (load_state_dict names): k_weight, v_weight e4m3 [N, hidden_size] (uint8 bits
         on CPU), N = n_kv_heads · head_dim; k_weight_scale, v_weight_scale float32
         [ceil(N/block), ceil(hidden_size/block)]. Raises TypeError / ValueError naming the
-        argument (`contracts.k_cache.PAGED_KV_PROJECTION`).
+        argument (`contracts.PAGED_KV_PROJECTION`).
         """
         super().__init__()
         PAGED_KV_PROJECTION.validate(

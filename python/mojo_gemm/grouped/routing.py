@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contracts._rules import ARRAY, INT, check_types
+from ..core.rules import ARRAY, INT, check_types
 
 SWIGLU_BLOCK = 8
 """Gate and up rows alternate in blocks of this many (see `interleave_gate_up`)."""

@@ -29,7 +29,7 @@ def _compile(op: str, n_sizes: int, plan_bytes: int, parameter_sets: Sequence[Pa
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from ._extension import kernels_package
+    from .extension import kernels_package
 
     cpu = DeviceRef.CPU()
     parts = [op] if len(parameter_sets) == 1 else [op, f"x{len(parameter_sets)}"]

@@ -9,7 +9,7 @@ cache in place (ops.inplace_custom) and return nothing.
 
 On CPU, MAX 26.7 graphs cannot hold float8 tensors: pass uint8 tensors holding the e4m3fn bits
 (hidden_state, weight, and the blocks of an fp8 cache); `fp8_dtype_for(device)` says which dtype
-a graph input needs and `mojo_gemm.quant.fp8.fp8_buffer` makes the matching Buffer. The call
+a graph input needs and `mojo_gemm.fp8_buffer` makes the matching Buffer. The call
 itself is the same on both devices.
 """
 
@@ -21,15 +21,11 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts._rules import DEVICE, Contract, check_types
-from .contracts.k_cache import (
-    FP8,
-    FP8_BITS,
-    K_MATMUL_RAGGED_PAGED_SCALE,
-    V_MATMUL_RAGGED_PAGED_SCALE,
-)
+from ..core.extension import ensure_kernels_loaded
+from ..core.rules import DEVICE, Contract, check_types
+from ..core.targets import op_target_parameters
+from ..fp8.contract import FP8, FP8_BITS
+from .contract import K_MATMUL_RAGGED_PAGED_SCALE, V_MATMUL_RAGGED_PAGED_SCALE
 
 
 def fp8_dtype_for(device: DeviceRef) -> DType:
@@ -70,9 +66,9 @@ def k_matmul_ragged_paged_scale(
     outside kv_blocks: a token outside [offsets[0], offsets[B]), or whose page column is past
     the lookup table's width, or whose page id is >= kv_blocks.shape[0], is skipped. With a
     padded page_stride the blocks' allocation must span pages · page_stride elements (MAX's
-    allocator guarantees it). Raises TypeError / ValueError (`contracts.k_cache`) at graph
-    build time for bad shapes, dtypes or devices, and ValueError for a GPU target no kernel
-    path supports (`mojo_gemm._targets`).
+    allocator guarantees it). Raises TypeError / ValueError
+    (`contracts.K_MATMUL_RAGGED_PAGED_SCALE`) at graph build time for bad shapes, dtypes or
+    devices, and ValueError for a GPU target no kernel path supports (`mojo_gemm.core.targets`).
     """
     _kv_matmul(
         K_MATMUL_RAGGED_PAGED_SCALE,
@@ -105,7 +101,7 @@ def v_matmul_ragged_paged_scale(
     v[t, n] = Σ_k a[t, k]·w[n, k]·input_scale[k//gk, t//gm]·weight_scale[n//gn, k//gk] into
     the V half of layer `layer_idx` (kv_blocks[page, 1, layer, slot, head, dim]); the K half and
     everything else in the cache are left unchanged. Shapes, dtypes, skipping rules and errors
-    are those of the K function (`contracts.k_cache.V_MATMUL_RAGGED_PAGED_SCALE`).
+    are those of the K function (`contracts.V_MATMUL_RAGGED_PAGED_SCALE`).
     """
     _kv_matmul(
         V_MATMUL_RAGGED_PAGED_SCALE,

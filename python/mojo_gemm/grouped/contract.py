@@ -5,7 +5,7 @@ from __future__ import annotations
 from max.dtype import DType
 from max.graph import Dim, StaticDim
 
-from ._rules import (
+from ..core.rules import (
     BOOL,
     BUFFER,
     INT_SEQ,
@@ -17,6 +17,7 @@ from ._rules import (
     dtype_in,
     dtype_like,
     optional,
+    rank_is,
     same_device,
     shape_of,
     static,
@@ -42,13 +43,7 @@ def grouped_out_cols(n: int, swiglu: bool) -> int:
 
 
 def _rank(name: str, rank: int) -> Rule:
-    def check(a: Args) -> Violation:
-        v = a[name]
-        if v is None or v.rank == rank:
-            return None
-        return f"rank {rank}", f"rank {v.rank}"
-
-    return Rule(name, f"rank {rank}", check)
+    return Rule(name, f"rank {rank}", rank_is(name, rank))
 
 
 def _b_static(a: Args) -> Violation:

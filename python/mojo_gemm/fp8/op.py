@@ -2,7 +2,7 @@
 
 x [T, H] -> (data e4m3 [T, H], scales float32 [ceil(H/block), T]): one scale per token and per
 `block` columns, computed in the graph by our Mojo op, bit-identical to the host quantizer
-`mojo_gemm.quant.fp8.quantize_fp8_input(x, 1, block)` (which pads the token dim of its scales).
+`mojo_gemm.fp8.quant.quantize_fp8_input(x, 1, block)` (which pads the token dim of its scales).
 On CPU the data is uint8 holding the e4m3 bits (MAX 26.7 CPU graphs cannot hold float8), on GPU
 float8_e4m3fn: exactly the hidden_state / input_scale pair `k_matmul_ragged_paged_scale` and
 `v_matmul_ragged_paged_scale` take with scales_granularity_mnk = (1, gn, block).
@@ -13,9 +13,9 @@ from __future__ import annotations
 from max.dtype import DType
 from max.graph import TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts.k_cache import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
+from ..core.extension import ensure_kernels_loaded
+from ..core.targets import op_target_parameters
+from .contract import FP8, FP8_BITS, QUANTIZE_FP8_ROWS
 
 OP_NAME = "quantize_fp8_rows"
 
@@ -30,8 +30,8 @@ def quantize_fp8_rows(x: TensorValue, block: int = 128) -> tuple[TensorValue, Te
     for an all-zero block. Subnormal x follows the same formula (bit-identical to the host
     quantizer, on CPU and GPU alike); a block holding inf or NaN gets scale NaN and all its
     data NaN (e4m3 0x7F). Both live on x's device. Raises TypeError / ValueError
-    (`contracts.k_cache.QUANTIZE_FP8_ROWS`) at graph build time, ValueError for a GPU target
-    no kernel path supports (`mojo_gemm._targets`).
+    (`contracts.QUANTIZE_FP8_ROWS`) at graph build time, ValueError for a GPU target
+    no kernel path supports (`mojo_gemm.core.targets`).
     """
     QUANTIZE_FP8_ROWS.validate({"x": x, "block": block})
     ensure_kernels_loaded()

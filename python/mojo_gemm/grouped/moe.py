@@ -24,11 +24,11 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn import Module
 
-from ._host import to_buffer
-from .contracts._rules import ARRAY, DEVICE, DTYPE, INT, TENSOR, check_types, optional
-from .contracts.grouped import GROUPED_DTYPES, SWIGLU_BLOCK
-from .grouped import grouped_matmul
-from .grouped_layer import GroupedLinear
+from ..core.host import to_buffer
+from ..core.rules import ARRAY, DEVICE, DTYPE, INT, TENSOR, check_types, optional
+from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
+from .layer import GroupedLinear
+from .op import grouped_matmul
 
 HIDDEN_ALIGN = 8
 """hidden_size must be a multiple of this (the grouped op's column blocks)."""

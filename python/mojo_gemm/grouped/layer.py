@@ -1,7 +1,4 @@
-"""`GroupedLinear`: a `max.nn` layer holding an MoE expert bank, run by `grouped_matmul`.
-
-(Kept in its own module; the package's `layers.py` / `__init__.py` re-export it.)
-"""
+"""`GroupedLinear`: a `max.nn` layer holding an MoE expert bank, run by `grouped_matmul`."""
 
 from __future__ import annotations
 
@@ -11,8 +8,8 @@ from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, TensorValue, Weight
 from max.nn import Module
 
-from ._host import to_buffer
-from .contracts._rules import (
+from ..core.host import to_buffer
+from ..core.rules import (
     ARRAY,
     BOOL,
     BUFFER,
@@ -23,9 +20,9 @@ from .contracts._rules import (
     check_types,
     optional,
 )
-from .contracts.grouped import GROUPED_DTYPES, SWIGLU_BLOCK
-from .grouped import grouped_matmul
-from .moe_routing import interleave_gate_up
+from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
+from .op import grouped_matmul
+from .routing import interleave_gate_up
 
 
 class GroupedLinear(Module):

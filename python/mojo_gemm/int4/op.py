@@ -6,17 +6,17 @@ from dataclasses import dataclass
 
 from max.graph import TensorType, TensorValue, ops
 
-from ._extension import ensure_kernels_loaded
-from ._targets import op_target_parameters
-from .contracts import INT4_MATMUL, int4_padded
-from .contracts._rules import INT, TENSOR, check_types, instance_of, optional
+from ..core.extension import ensure_kernels_loaded
+from ..core.rules import INT, TENSOR, check_types, instance_of, optional
+from ..core.targets import op_target_parameters
+from .contract import INT4_MATMUL, int4_padded
 
 OP_NAME = "multistage_gemm_q"
 
 
 @dataclass(frozen=True)
 class Int4WeightValues:
-    """A packed int4 weight as graph values (the layout of `mojo_gemm.quant.int4_layout`).
+    """A packed int4 weight as graph values (the layout of `mojo_gemm.int4.layout`).
 
     qweight: uint32 [Np/64, Kp*8]; scales: x's dtype [groups, Np]; zeros: same shape or None
     (symmetric, zero point 8); perm: int32/int64 [K] or None (act-order: packed position j
@@ -56,7 +56,7 @@ def int4_matmul(
     bias: x's dtype [N] or None. Returns x's dtype [..., N]. Raises TypeError/ValueError
     (`contracts.INT4_MATMUL`) at graph-build time for bad shapes, dtypes or devices, TypeError
     naming the argument for a value of the wrong Python type, and ValueError for a GPU target
-    no kernel path supports (`mojo_gemm._targets`).
+    no kernel path supports (`mojo_gemm.core.targets`).
     """
     check_types(
         "int4_matmul",

@@ -7,7 +7,7 @@ computed on the CPU.
 "none (T=0)" (default: the H200, sm_90a; `arch="sm_80"` or an AMD target gives "simt" for
 every call, `arch="sm_89"` the mma.sync and SIMT kernels).
 It runs the dispatch's own Mojo function (`k_cache_gpu_plan` in k_cache_matmul/gpu.mojo) in a
-tiny CPU graph (`_plan_op`, compiled once per granularity and process), so benchmarks can
+tiny CPU graph (`core.plan_op`, compiled once per granularity and process), so benchmarks can
 record the config of every row and tests can check the plan without a GPU.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._plan_op import compile_plans, plan_text
-from ._targets import check_plan_arch
-from .contracts._rules import INT, INT_SEQ, check_types, optional
+from ..core.plan_op import compile_plans, plan_text
+from ..core.rules import INT, INT_SEQ, check_types, optional
+from ..core.targets import check_plan_arch
 
 OP_NAME = "k_matmul_ragged_paged_scale_plan"
 PLAN_BYTES = 64

@@ -191,3 +191,20 @@ def same_device(name: str, ref: str) -> Callable[[Args], Violation]:
         return f"{a[ref].device} (the device of {ref})", v.device
 
     return check
+
+
+def rank_is(name: str, rank: int) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        v = a.get(name)
+        if v is None or v.rank == rank:
+            return None
+        return f"rank {rank}", f"rank {v.rank}"
+
+    return check
+
+
+def positive_int(name: str) -> Callable[[Args], Violation]:
+    def check(a: Args) -> Violation:
+        return None if a[name] > 0 else ("a positive int", a[name])
+
+    return check

@@ -1,4 +1,4 @@
-"""`max.nn` modules built on this package's ops."""
+"""`Int4Linear`: a `max.nn` layer holding a packed int4 weight (W4A16), run by `int4_matmul`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, Weight
 from max.nn import Module
 
-from ._host import to_buffer
-from .contracts import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
-from .contracts._rules import (
+from ..core.host import to_buffer
+from ..core.rules import (
     ARRAY,
     BOOL,
     DEVICE,
@@ -21,9 +20,10 @@ from .contracts._rules import (
     instance_of,
     optional,
 )
-from .int4 import Int4WeightValues, int4_matmul
-from .quant.int4 import Int4Weight
-from .quant.int4_layout import N_TILE, PACK_FACTOR
+from .contract import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
+from .layout import N_TILE, PACK_FACTOR
+from .op import Int4WeightValues, int4_matmul
+from .quant import Int4Weight
 
 
 class Int4Linear(Module):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from max.dtype import DType
 
-from ..quant.int4_layout import K_ALIGN, N_TILE, PACK_FACTOR, round_up
-from ._rules import (
+from ..core.rules import (
     INT,
     TENSOR,
     Args,
@@ -19,6 +18,7 @@ from ._rules import (
     shape_is,
     static,
 )
+from .layout import K_ALIGN, N_TILE, PACK_FACTOR, round_up
 
 INT4_ACTIVATION_DTYPES = (DType.bfloat16, DType.float16)
 INT4_GROUP_SIZES = (32, 64, 128, -1)

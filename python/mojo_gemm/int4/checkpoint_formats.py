@@ -1,7 +1,7 @@
 """Bit-level unpacking of 4-bit checkpoint tensors (GPTQ, AWQ, MAX's GPTQ buffer), numpy.
 
 These helpers only decode bits; argument validation with user-facing messages lives in
-`mojo_gemm.quant.int4`, which calls them with arrays of already checked shapes and dtypes.
+`mojo_gemm.int4.quant`, which calls them with arrays of already checked shapes and dtypes.
 The formats are described in `mojo_gemm.checkpoints`.
 """
 

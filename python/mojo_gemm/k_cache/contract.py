@@ -1,6 +1,7 @@
 """The contracts of the FP8 KV-cache path: `k_matmul_ragged_paged_scale` (FP8 block-scaled K
-projection into the cache), its V twin `v_matmul_ragged_paged_scale` (same rules, V half) and
-the activation quantizer `quantize_fp8_rows` that feeds them.
+projection into the cache), its V twin `v_matmul_ragged_paged_scale` (same rules, V half) and the
+`PagedKVProjection` layer (construction and call). The activation quantizer `quantize_fp8_rows`
+that feeds them has its own contract (`mojo_gemm.fp8.contract`).
 
 Argument names are those of the Python functions; the cache's graph values are named
 `kv_collection.<field>`. Rules are checked in order, so a rule may rely on the ones above it.
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue
 
-from ._rules import (
+from ..core.rules import (
     DEVICE,
     DTYPE,
     INT,
@@ -26,16 +27,19 @@ from ._rules import (
     Rule,
     Violation,
     dtype_in,
+    dtype_like,
     optional,
+    positive_int,
+    rank_is,
+    same_device,
+    shape_is,
     shape_of,
     static,
 )
+from ..fp8.contract import FP8, FP8_BITS, QUANTIZE_INPUT_DTYPES
 
 K_CACHE_DTYPES = (DType.bfloat16, DType.float8_e4m3fn)
 """Cache dtypes the op writes: bf16 (plain rounding cast) and fp8 (k / kv_scale, then cast)."""
-FP8 = DType.float8_e4m3fn
-FP8_BITS = DType.uint8
-"""How fp8 travels on CPU: MAX 26.7 CPU graphs cannot hold float8 tensors."""
 
 
 def _ceil(a: int, b: int) -> int:
@@ -82,14 +86,6 @@ def _hidden_dtype(a: Args) -> Violation:
     return None if h.dtype == want else (f"{want} on {h.device}", h.dtype)
 
 
-def _rank(name: str, rank: int) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        v = a.get(name)
-        return None if v is None or v.rank == rank else (f"rank {rank}", f"rank {v.rank}")
-
-    return check
-
-
 def _k_static(a: Args) -> Violation:
     k = static(a["hidden_state"].shape[1])
     return None if k is not None and k > 0 else ("a static K > 0", a["hidden_state"].shape[1])
@@ -102,31 +98,6 @@ def _k(a: Args) -> int:
 def _n(a: Args) -> int:
     p = a["kv_params"]
     return p.n_kv_heads_per_device * p.head_dim
-
-
-def _dtype_is(name: str, want: DType) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        v = a[name]
-        return None if v is None or v.dtype == want else (want, v.dtype)
-
-    return check
-
-
-def _dtype_like(name: str, ref: str) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        return (
-            None if a[name].dtype == a[ref].dtype else (f"{a[ref].dtype} (as {ref})", a[name].dtype)
-        )
-
-    return check
-
-
-def _shape_eq(name: str, want: Callable[[Args], list[int]]) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        got = shape_of(a[name])
-        return None if got == want(a) else (want(a), got)
-
-    return check
 
 
 def _input_scale_shape(a: Args) -> Violation:
@@ -160,6 +131,11 @@ def _blocks_shape(a: Args) -> Violation:
     got = shape_of(blocks)
     want = list(a["kv_params"].shape_per_block)
     return None if len(got) == 6 and got[1:] == want else (["pages", *want], got)
+
+
+def _blocks_device(a: Args) -> Violation:
+    dev, got = a["hidden_state"].device, _coll(a, "kv_blocks").device
+    return None if got == dev else (f"{dev} (the device of hidden_state)", got)
 
 
 def _no_cache_scales(a: Args) -> Violation:
@@ -217,19 +193,6 @@ def _kv_scale(a: Args) -> Violation:
     return None if ok else (f"float32 [1] or [{heads}]", f"{v.dtype} {shape_of(v)}")
 
 
-def _same_device(name: str) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        v = a[name] if not name.startswith("kv_collection.") else _coll(a, name.split(".", 1)[1])
-        dev = a["hidden_state"].device
-        return (
-            None
-            if v is None or v.device == dev
-            else (f"{dev} (the device of hidden_state)", v.device)
-        )
-
-    return check
-
-
 _TENSORS = ("hidden_state", "input_row_offsets", "weight", "input_scale", "weight_scale")
 
 def _summary(half: str) -> str:
@@ -272,40 +235,40 @@ _KV_RULES: tuple[Rule, ...] = (
     Rule(
         "hidden_state",
         "rank 2 [T, K] (T = total new tokens, may be symbolic)",
-        _rank("hidden_state", 2),
+        rank_is("hidden_state", 2),
     ),
     Rule("hidden_state", "K (dim 1) static and positive", _k_static),
     Rule(
         "weight",
         "dtype equals hidden_state's",
-        _dtype_like("weight", "hidden_state"),
+        dtype_like("weight", "hidden_state"),
         TypeError,
     ),
     Rule(
         "weight",
         "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
-        _shape_eq("weight", lambda a: [_n(a), _k(a)]),
+        shape_is("weight", lambda a: [_n(a), _k(a)]),
     ),
     Rule(
         "input_row_offsets",
         "dtype uint32",
-        _dtype_is("input_row_offsets", DType.uint32),
+        dtype_in("input_row_offsets", (DType.uint32,)),
         TypeError,
     ),
-    Rule("input_row_offsets", "rank 1 [B + 1]", _rank("input_row_offsets", 1)),
-    Rule("input_scale", "dtype float32", _dtype_is("input_scale", DType.float32), TypeError),
-    Rule("input_scale", "rank 2", _rank("input_scale", 2)),
+    Rule("input_row_offsets", "rank 1 [B + 1]", rank_is("input_row_offsets", 1)),
+    Rule("input_scale", "dtype float32", dtype_in("input_scale", (DType.float32,)), TypeError),
+    Rule("input_scale", "rank 2", rank_is("input_scale", 2)),
     Rule(
         "input_scale",
         "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
         "padded and symbolic)",
         _input_scale_shape,
     ),
-    Rule("weight_scale", "dtype float32", _dtype_is("weight_scale", DType.float32), TypeError),
+    Rule("weight_scale", "dtype float32", dtype_in("weight_scale", (DType.float32,)), TypeError),
     Rule(
         "weight_scale",
         "shape [ceil(N/gn), ceil(K/gk)]",
-        _shape_eq("weight_scale", _weight_scale_shape),
+        shape_is("weight_scale", _weight_scale_shape),
     ),
     Rule(
         "kv_collection.kv_blocks",
@@ -343,16 +306,10 @@ _KV_RULES: tuple[Rule, ...] = (
         _kv_scale,
     ),
     *(
-        Rule(n, "on hidden_state's device", _same_device(n))
-        for n in (
-            "input_row_offsets",
-            "weight",
-            "input_scale",
-            "weight_scale",
-            "kv_scale",
-            "kv_collection.kv_blocks",
-        )
+        Rule(n, "on hidden_state's device", same_device(n, "hidden_state"))
+        for n in ("input_row_offsets", "weight", "input_scale", "weight_scale", "kv_scale")
     ),
+    Rule("kv_collection.kv_blocks", "on hidden_state's device", _blocks_device),
 )
 """The rules shared by the K op and its V twin (same operands, same kernels)."""
 
@@ -374,55 +331,10 @@ K_MATMUL_RAGGED_PAGED_SCALE = Contract(
 V_MATMUL_RAGGED_PAGED_SCALE = Contract(
     op="v_matmul_ragged_paged_scale", summary=_summary("V"), rules=_KV_RULES, types=_KV_TYPES
 )
-"""Rules of `mojo_gemm.k_cache.v_matmul_ragged_paged_scale` (the K op's rules, V half)."""
-
-
-QUANTIZE_INPUT_DTYPES = (DType.bfloat16, DType.float16, DType.float32)
-"""Activation dtypes `quantize_fp8_rows` reads."""
-
-
-def _block_positive(a: Args) -> Violation:
-    return None if a["block"] > 0 else ("a positive int", a["block"])
-
-
-def _hidden_static(a: Args) -> Violation:
-    h = static(a["x"].shape[1])
-    return None if h is not None and h > 0 else ("a static hidden size > 0", a["x"].shape[1])
-
-
-QUANTIZE_FP8_ROWS = Contract(
-    op="quantize_fp8_rows",
-    summary=(
-        "data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]) with scales[kb, t] = "
-        "amax(|x[t, kb·block : (kb+1)·block]|) / 448 (1.0 for an all-zero block); the division "
-        "runs in float64 and rounds once to float32, then to e4m3 (nearest even, clamped to "
-        "±448), exactly like `quant.fp8.quantize_fp8_input(x, 1, block)` on the host (whose "
-        "scales are these, token-padded), subnormal inputs included (a block of subnormals gets "
-        "a subnormal scale and non-zero codes, whatever the device's flush-to-zero mode); a "
-        "block holding inf or NaN gets scale NaN and every code NaN (0x7F), in both. data is "
-        "e4m3 [T, H] (float8_e4m3fn on GPU, uint8 bits on CPU), scales float32 "
-        "[ceil(H/block), T]: the input_scale of the K/V ops with gm = 1."
-    ),
-    rules=(
-        Rule("x", "dtype bfloat16, float16 or float32", dtype_in("x", QUANTIZE_INPUT_DTYPES),
-             TypeError),
-        Rule("x", "rank 2 [T, H] (T may be symbolic)", _rank("x", 2)),
-        Rule("x", "H (dim 1) static and positive", _hidden_static),
-        Rule("block", "a positive int (columns per scale)", _block_positive),
-    ),
-    types={"x": TENSOR, "block": INT},
-)
-"""Rules of `mojo_gemm.fp8_quantize.quantize_fp8_rows`."""
+"""Rules of `mojo_gemm.v_matmul_ragged_paged_scale` (the K op's rules, V half)."""
 
 
 # ------------------------------------------------------------ the PagedKVProjection layer
-def _positive_int(name: str) -> Callable[[Args], Violation]:
-    def check(a: Args) -> Violation:
-        return None if a[name] > 0 else ("a positive int", a[name])
-
-    return check
-
-
 def _layer_in_range(a: Args) -> Violation:
     v, layers = a["layer_idx"], a["kv_params"].num_layers
     return None if 0 <= v < layers else (f"an int in [0, {layers})", v)
@@ -447,17 +359,17 @@ PAGED_KV_PROJECTION = Contract(
     ),
     rules=(
         *_KV_PARAMS_RULES,
-        Rule("hidden_size", "a positive int", _positive_int("hidden_size")),
+        Rule("hidden_size", "a positive int", positive_int("hidden_size")),
         Rule("layer_idx", "an int in [0, num_layers)", _layer_in_range),
         Rule("dtype", "bfloat16, float16 or float32 (the activations' dtype)",
              _dtype_member("dtype", QUANTIZE_INPUT_DTYPES), TypeError),
         Rule("block", "a positive int (scale block of activations and weights)",
-             _positive_int("block")),
+             positive_int("block")),
     ),
     types={"kv_params": KV_PARAMS, "hidden_size": INT, "layer_idx": INT, "dtype": DTYPE,
            "device": DEVICE, "block": INT},
 )
-"""Construction rules of `mojo_gemm.kv_projection.PagedKVProjection`."""
+"""Construction rules of `mojo_gemm.PagedKVProjection`."""
 
 
 def _x_dtype(a: Args) -> Violation:
@@ -481,7 +393,7 @@ PAGED_KV_PROJECTION_CALL = Contract(
     types={"x": TENSOR, "input_row_offsets": TENSOR, "kv_collection": KV_COLLECTION},
     rules=(
         Rule("x", "the layer's dtype", _x_dtype, TypeError),
-        Rule("x", "rank 2 [T, hidden_size]", _rank("x", 2)),
+        Rule("x", "rank 2 [T, hidden_size]", rank_is("x", 2)),
         Rule("x", "dim 1 equals the layer's hidden_size", _x_hidden),
         Rule("x", "on the layer's device", _x_device),
     ),

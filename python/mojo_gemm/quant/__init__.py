@@ -1,1 +1,0 @@
-"""Host-side (numpy) quantizers and packers."""
