@@ -52,6 +52,7 @@ from mojo_gemm.models.decoder import (
     DecoderWeights,
     MoEDecoder,
     RMSNorm,
+    norm_buffer,
 )
 
 GPTQ_GROUP = 128
@@ -230,11 +231,11 @@ class MaxDecoder(MoEDecoder):
         if weights.config != self.config:
             raise ValueError("MaxDecoder: weights were made for another DecoderConfig")
         state = {"embed_weight": to_buffer(weights.embed, DTYPE),
-                 "final_norm.weight": to_buffer(weights.final_norm, DTYPE),
+                 "final_norm.weight": norm_buffer(weights.final_norm),
                  "lm_head_weight": to_buffer(weights.lm_head, DTYPE)}
         for i, (w, (q, o)) in enumerate(zip(weights.layers, repacked, strict=True)):
-            parts = {"attn_norm.weight": to_buffer(w.attn_norm, DTYPE),
-                     "ffn_norm.weight": to_buffer(w.ffn_norm, DTYPE),
+            parts = {"attn_norm.weight": norm_buffer(w.attn_norm),
+                     "ffn_norm.weight": norm_buffer(w.ffn_norm),
                      "q_proj.weight": q, "o_proj.weight": o,
                      "moe.router_weight": to_buffer(w.router, DTYPE),
                      "moe.gate_up_weight": to_buffer(np.concatenate([w.gate, w.up], axis=1),

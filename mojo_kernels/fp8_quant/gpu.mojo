@@ -10,6 +10,7 @@ from max.gpu import WARP_SIZE, block_idx, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import max as warp_max
 
+from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from .rows import F32, FP8, abs_bits, quantize, scale_from_amax
 
 comptime THREADS = 256
@@ -26,6 +27,9 @@ def _quantize_kernel[in_dtype: DType, block: Int](
 ):
     """Warp w of the grid takes token w // n_kb and block w % n_kb (n_kb = ceil(H / block))."""
     comptime PER_LANE = ceildiv(block, WARP_SIZE)
+    # PDL (common/pdl.mojo): resident early, reading x only once its producer has completed
+    launch_dependent_grids()
+    wait_on_dependent_grids()
     var n_kb = ceildiv(Int(H), block)
     var w = block_idx.x * WARPS + thread_idx.x // WARP_SIZE
     if w >= Int(T) * n_kb:
@@ -69,5 +73,5 @@ def quantize_rows_gpu[in_dtype: DType, block: Int](
     comptime kernel = _quantize_kernel[in_dtype, block]
     ctx.enqueue_function[kernel](
         x, data, scales, Int32(T), Int32(H), Int32(x_stride),
-        grid_dim=ceildiv(warps, WARPS), block_dim=THREADS,
+        grid_dim=ceildiv(warps, WARPS), block_dim=THREADS, attributes=pdl_attributes(),
     )

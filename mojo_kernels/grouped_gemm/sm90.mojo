@@ -35,6 +35,7 @@ from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
+from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from .epilogue import apply_epilogue
 from .scheduler import (
     ElemPtr,
@@ -122,11 +123,15 @@ def grouped_sm90_kernel[
     var empty = full.unsafe_offset(STAGES)
 
     var tid = thread_idx.x
+    launch_dependent_grids()  # PDL (common/pdl.mojo)
     if tid == 0:
         comptime for s in range(STAGES):
             full[unsafe_offset=s].init(1)  # the producer's arrive.expect_tx + the TMA bytes
             empty[unsafe_offset=s].init(NUM_CONSUMERS)  # one thread per consumer warpgroup
     barrier()
+    # Every read (the groups' offsets and ids decide which weights a tile needs, so none can be
+    # fetched early) and every write comes after the previous kernel has completed.
+    wait_on_dependent_grids()
 
     var T = Int(T32)
     var K = Int(K32)
@@ -279,4 +284,5 @@ def grouped_matmul_sm90[
         block_dim=NUM_THREADS,
         shared_mem_bytes=SMEM,
         func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+        attributes=pdl_attributes(),
     )

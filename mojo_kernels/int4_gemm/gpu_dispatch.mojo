@@ -22,6 +22,7 @@ from .config import (
     cluster_wave_cap,
     PIPE_WARP,
 )
+from ..common.pdl import pdl_attributes
 from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
 from .gpu_wgmma import launch_int4_gemm_wgmma
 
@@ -330,12 +331,13 @@ def launch_int4_gemm_mma[
             if split_k == 1:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr,
+                    attributes=pdl_attributes())
             else:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split_k),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
-                    func_attribute=attr)
+                    func_attribute=attr, attributes=pdl_attributes())
         else:
             comptime kernel = int4_gemm_mma_kernel[dtype, group_size, has_zeros, has_bias, r, clusters]
             if split_k == 1:

@@ -46,6 +46,7 @@ from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from std.memory import bitcast
 from std.math import ceildiv
 
+from ..common.pdl import launch_dependent_grids, wait_on_dependent_grids
 from .config import Int4GemmConfig, scale_rows_per_stage
 
 comptime F32 = DType.float32
@@ -576,19 +577,15 @@ def int4_gemv_kernel[
 
     @always_inline
     @__parameter
-    def issue(c: Int):
+    def issue_weights(c: Int):
+        # packed weights and group scales / zeros of chunk c: graph constants, which no
+        # earlier kernel writes, so they may be fetched before the PDL wait
         var st = ring.unsafe_offset((c % S) * STAGE)
         comptime for j in range(U):
             async_copy[16](
                 _global(w_src.unsafe_offset((c * U + j) * WORDS_PER_TILE)),
                 st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32](),
             )
-        comptime for i in range(XPL):
-            if x_ok[i]:
-                async_copy[16, bypass_L1_16B=False](
-                    _global(x_src[i].unsafe_offset(c * U * 16)),
-                    st.unsafe_offset(x_dst[i]).unsafe_bitcast[Scalar[dtype]](),
-                )
         comptime for gi in range(GS):
             var grp = (t_begin + c * U) // GT + gi
             var off = grp * np_ + s_col
@@ -596,6 +593,23 @@ def int4_gemv_kernel[
             async_copy[16](_global(s_ptr.unsafe_offset(off)), sd)
             comptime if has_zeros:
                 async_copy[16](_global(z_ptr.unsafe_offset(off)), sd.unsafe_offset(LS // 2))
+
+    @always_inline
+    @__parameter
+    def issue_activations(c: Int):
+        var st = ring.unsafe_offset((c % S) * STAGE)
+        comptime for i in range(XPL):
+            if x_ok[i]:
+                async_copy[16, bypass_L1_16B=False](
+                    _global(x_src[i].unsafe_offset(c * U * 16)),
+                    st.unsafe_offset(x_dst[i]).unsafe_bitcast[Scalar[dtype]](),
+                )
+
+    @always_inline
+    @__parameter
+    def issue(c: Int):
+        issue_weights(c)
+        issue_activations(c)
 
     var acc = Array[SIMD[F32, 4], NQ](fill=SIMD[F32, 4](0))
     var accg = Array[SIMD[F32, 4], NQ](fill=SIMD[F32, 4](0))
@@ -618,9 +632,21 @@ def int4_gemv_kernel[
         comptime for tm in range(MT):
             xsg[tm] = SIMD[F32, 4](0)
 
+    # Programmatic dependent launch: the weights of the first S - 1 chunks are requested
+    # while the previous kernel may still run; the activations (its output) only after
+    # wait_on_dependent_grids, which returns once that kernel has completed and its stores
+    # are visible. The first commit group holds those weights, so the ring's accounting
+    # (chunk c complete once group c is) is unchanged. Releasing the dependents at entry only
+    # lets the next kernel's CTAs become resident: they wait the same way before reading this
+    # kernel's output. Both are no-ops on targets without PDL.
+    launch_dependent_grids()
     comptime for s in range(S - 1):
         if s < nchunks:
-            issue(s)
+            issue_weights(s)
+    wait_on_dependent_grids()
+    comptime for s in range(S - 1):
+        if s < nchunks:
+            issue_activations(s)
         async_copy_commit_group()
 
     for c in range(nchunks):

@@ -45,6 +45,7 @@ from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
 from kv_cache.types import KVCacheT
 
+from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from ..common.target import PATH_HOPPER, PATH_PORTABLE
 from .gpu_wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .gpu_wgmma_decode import MAX_TOKENS, ROWS, SPLIT_MAX, decode_config, decode_split_config, launch_wgmma_decode
@@ -160,27 +161,45 @@ def _mma_splitk_kernel[
     var N = Int(shape.N)
     var a_stride = Int(shape.a_stride)
     var w_stride = Int(shape.w_stride)
+    var n_kb = ceildiv(K, gk)
+    var rot = walk_start(n_kb) if rotate else 0
+    var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
+
+    @always_inline
+    @__parameter
+    def load_weights(kb0: Int):
+        comptime for u in range(U):
+            var kbp = walk_step(kb0 + u, rot, n_kb)
+            comptime for c in range(CH):
+                var kc = kbp * gk + c * 64 + tig * 16
+                comptime for nb in range(NB):
+                    var n = n0 + nb * 8 + g
+                    if kb0 + u < n_kb and kc < K and n < N:
+                        wv[(u * CH + c) * NB + nb] = weight.unsafe_offset(n * w_stride + kc).unsafe_load[
+                            width=16, alignment=16
+                        ](0)
+                    else:
+                        wv[(u * CH + c) * NB + nb] = SIMD[FP8, 16](0)
+
+    # PDL (common/pdl.mojo): the first step's weights are loaded while the previous kernel may
+    # still run; tokens, their scales, the cache rows and the cache itself only after the wait.
+    launch_dependent_grids()
+    load_weights(warp * U)
+    wait_on_dependent_grids()
     comptime if not late_rows:
         _resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
-    var n_kb = ceildiv(K, gk)
-    var rot = walk_start(n_kb) if rotate else 0
     for kb0 in range(warp * U, n_kb, WARPS * U):
         var a_lo = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
         var a_hi = Array[SIMD[FP8, 16], U * CH * MT](fill=0)
-        var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
+        if kb0 != warp * U:
+            load_weights(kb0)
         comptime for u in range(U):
             var kbp = walk_step(kb0 + u, rot, n_kb)  # the scale block of step kb0 + u of the walk
             comptime for c in range(CH):
                 var kc = kbp * gk + c * 64 + tig * 16
                 if kb0 + u < n_kb and kc < K:
-                    comptime for nb in range(NB):
-                        var n = n0 + nb * 8 + g
-                        if n < N:
-                            wv[(u * CH + c) * NB + nb] = weight.unsafe_offset(n * w_stride + kc).unsafe_load[
-                                width=16, alignment=16
-                            ](0)
                     comptime for mt in range(MT):
                         var r0 = t0 + mt * 16 + g
                         if r0 < T:
@@ -452,6 +471,7 @@ def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
         hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
         grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt)),
         block_dim=THREADS,
+        attributes=pdl_attributes(),
     )
 
 

@@ -51,6 +51,7 @@ from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed,
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 from kv_cache.types import KVCacheT
 
+from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from .gpu_wgmma import BK, SW
 from .layout import (
     F32Ptr,
@@ -251,6 +252,7 @@ def _wgmma_decode_kernel[
     var empty = full.unsafe_offset(STAGES)
 
     var tid = thread_idx.x
+    launch_dependent_grids()  # PDL (common/pdl.mojo): the next kernel may become resident
     if tid == 0:
         comptime for s in range(STAGES):
             full[unsafe_offset=s].init(1)
@@ -276,6 +278,24 @@ def _wgmma_decode_kernel[
     # step kt of this CTA's K walk reads K tile (kt + rot) % num_k_tiles
     var rot = walk_start(num_k_tiles) if cfg.rotate else 0
 
+    @always_inline
+    @__parameter
+    def load_weights(kt: Int):
+        var s = kt % STAGES
+        full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))  # weights and tokens of the stage
+        var kp = k_lo + walk_step(kt, rot, num_k_tiles)
+        comptime for j in range(KS):
+            var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
+            w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, n0))
+
+    # The first ring's weights are requested before the PDL wait; tokens, scales, the lookup
+    # table and the cache only after it.
+    var prefetched = min(STAGES, num_k_tiles)
+    if tid == 0:
+        for kt in range(prefetched):
+            load_weights(kt)
+    wait_on_dependent_grids()
+
     if wg == 0:
         warpgroup_reg_dealloc[40]()
         if tid < 32:  # warp 0 waits for free stages; its first lane issues the copies
@@ -284,12 +304,11 @@ def _wgmma_decode_kernel[
                 if kt >= STAGES:
                     empty[unsafe_offset=s].wait(UInt32(((kt // STAGES) & 1) ^ 1))
                 if tid == 0:
-                    full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                    if kt >= prefetched:
+                        load_weights(kt)
                     var kp = k_lo + walk_step(kt, rot, num_k_tiles)
                     comptime for j in range(KS):
-                        var w_dst = TileTensor(w_smem.unsafe_offset(s * W_STAGE + j * W_TILE), w_layout)
                         var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
-                        w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, n0))
                         x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, t0))
         else:
             # warps 1-3 resolve each token's cache slot while the ring fills (read after the
@@ -509,6 +528,7 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
             shared_mem_bytes=SMEM,
             cluster_dim=Dim(cfg.split, 1, 1),
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+            attributes=pdl_attributes(),
         )
     else:
         ctx.enqueue_function[kernel](
@@ -517,4 +537,5 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
             block_dim=cfg.threads(),
             shared_mem_bytes=SMEM,
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
+            attributes=pdl_attributes(),
         )

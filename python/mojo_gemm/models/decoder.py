@@ -34,7 +34,7 @@ from max.nn.attention import MHAMaskVariant
 from max.nn.kernels import flash_attention_ragged
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-from ..core.host import to_buffer
+from ..core.host import to_buffer, to_numpy
 from ..fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
 from ..grouped.moe import MoEBlock
 from ..int4.layer import Int4Linear
@@ -239,16 +239,23 @@ def token_layout(num_tokens: Dim, offsets: TensorValue, kv: PagedCacheValues,
 
 
 class RMSNorm(Module):
-    """y = x / sqrt(mean(x²) + eps) · w in float32; weight `weight` bf16 [size]."""
+    """y = x / sqrt(mean(x²) + eps) · w in float32; weight `weight` float32 [size] holding
+    bf16-rounded values (`norm_buffer`): the checkpoint's bf16 weight, stored widened so that
+    no step spends a kernel launch casting it."""
 
     def __init__(self, size: int, eps: float, device: DeviceRef) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = Weight("weight", DTYPE, [size], device)
+        self.weight = Weight("weight", DType.float32, [size], device)
 
     def __call__(self, x: TensorValue) -> TensorValue:
         """x float32 [T, size] -> float32 [T, size]."""
-        return ops.rms_norm(x, ops.cast(TensorValue(self.weight), DType.float32), self.eps)
+        return ops.rms_norm(x, TensorValue(self.weight), self.eps)
+
+
+def norm_buffer(w: np.ndarray) -> Buffer:
+    """The host buffer of an `RMSNorm` weight: w [size] rounded to bf16, stored as float32."""
+    return to_buffer(to_numpy(to_buffer(w, DTYPE)), DType.float32)
 
 
 def _bf16(x: TensorValue) -> TensorValue:
@@ -324,7 +331,7 @@ class MoEDecoder(Module):
     """The example decoder: embedding, `num_layers` `DecoderLayer`s, final norm, LM head.
 
     Weights: `embed_weight` bf16 [V, H], `layers.{i}.…` (see `DecoderLayer`),
-    `final_norm.weight` bf16 [H], `lm_head_weight` bf16 [V, H]; fill them with
+    `final_norm.weight` float32 [H] (bf16 values), `lm_head_weight` bf16 [V, H]; fill them with
     `load_state_dict(model.state(weights))`. Call it with the graph inputs of
     `graph_input_types` (tokens, input_row_offsets, PagedCacheValues) to get
     (logits float32 [T, V], next token int64 [B]).
@@ -361,12 +368,12 @@ class MoEDecoder(Module):
         if weights.config != self.config:
             raise ValueError("MoEDecoder: weights were made for another DecoderConfig")
         state = {"embed_weight": to_buffer(weights.embed, DTYPE),
-                 "final_norm.weight": to_buffer(weights.final_norm, DTYPE),
+                 "final_norm.weight": norm_buffer(weights.final_norm),
                  "lm_head_weight": to_buffer(weights.lm_head, DTYPE)}
         for i, (layer, w) in enumerate(zip(self.layers, weights.layers, strict=True)):
             parts = {
-                "attn_norm.weight": to_buffer(w.attn_norm, DTYPE),
-                "ffn_norm.weight": to_buffer(w.ffn_norm, DTYPE),
+                "attn_norm.weight": norm_buffer(w.attn_norm),
+                "ffn_norm.weight": norm_buffer(w.ffn_norm),
                 **{f"q_proj.{k}": b for k, b in layer.q_proj.int4_state(w.q).items()},
                 **{f"o_proj.{k}": b for k, b in layer.o_proj.int4_state(w.o).items()},
                 **{f"kv_proj.{k}": b for k, b in layer.kv_proj.fp8_state(w.k, w.v).items()},
