@@ -5,6 +5,7 @@
 #   scripts/gpu-session.sh tests                 # every gpu test, four pytest processes
 #   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
 #   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
+#   scripts/gpu-session.sh tests-quick bench-decoder-ours   # kernels' tests; decoder without MAX's twin
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -37,6 +38,15 @@ for part in "$@"; do
        echo "rc=$?" >> "$work/tests4.log") &
       wait
       grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/tests*.log ;;
+    tests-quick)
+      # the kernels' own GPU tests and the captured decoder, two processes (a subset of `tests`)
+      python -c "import max.nn, mojo_gemm; mojo_gemm.kernels_package()" > "$work/warmup.log" 2>&1
+      (timeout 420 $P tests/test_int4_op.py tests/test_grouped.py tests/test_grouped_no_sync.py \
+         tests/test_fp8_quantize_op.py > "$work/quick1.log" 2>&1; echo "rc=$?" >> "$work/quick1.log") &
+      (timeout 420 $P tests/test_k_cache.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
+       echo "rc=$?" >> "$work/quick2.log") &
+      wait
+      grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/quick*.log ;;
     capture)
       timeout 400 $P tests/test_moe_decoder.py tests/test_grouped_no_sync.py -k "gpu or capture" \
         > "$work/capture.log" 2>&1; echo "rc=$?" >> "$work/capture.log"
@@ -48,6 +58,7 @@ for part in "$@"; do
     bench-grouped) bench bench_grouped "${BENCH_BUDGET_S:-230}" benchmarks/bench_grouped_matmul.py ;;
     bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
+    bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
 done
