@@ -273,3 +273,42 @@ struct QuantizeFp8Rows[block: Int]:
         ctx: DeviceContext,
     ) raises:
         quantize_fp8_rows[Self.block, target](data, scales, x, ctx)
+
+
+# ---- moe_route_topk_group: MoE router + top-k + softmax + grouping by expert (kernels in moe_route/)
+from .moe_route.launcher import moe_route_topk_group
+
+
+@extensibility.register("moe_route_topk_group")
+struct MoeRouteTopkGroup:
+    """MoE routing for `grouped_matmul`: logits, top-k, softmax and the rows sorted by expert.
+
+    logits[t, e] = Σ_h f32(x[t, h]) · f32(router_weight[e, h]) in float32; topk_ids[t] = the K
+    experts of the largest logits, decreasing, ties towards the lower id (K = topk_ids.dim(1));
+    topk_weights[t, j] = exp(v_j - v_0) / Σ_i exp(v_i - v_0) over those logits. Assignments
+    a = t K + j sorted by (expert, a) give sorted row r its token_index[r] = a // K and
+    row_scale[r] = topk_weights[a]; inverse[a] = r; a_offsets[e] = rows of experts < e;
+    expert_usage_stats = [max rows of one expert, E].
+    Shapes: x [T, H], router_weight [E, H] (bfloat16 or float16, H a multiple of 8, 1 <= E <=
+    1024); topk_ids int32 [T, K]; topk_weights float32 [T, K]; token_index int64 [T K];
+    row_scale float32 [T K]; inverse int64 [T K]; a_offsets uint32 [E + 1];
+    expert_usage_stats uint32 [2].
+    """
+
+    @staticmethod
+    def execute[dtype: DType, //, target: StaticString](
+        topk_ids: OutputTensor[dtype=DType.int32, rank=2, ...],
+        topk_weights: OutputTensor[dtype=DType.float32, rank=2, ...],
+        token_index: OutputTensor[dtype=DType.int64, rank=1, ...],
+        row_scale: OutputTensor[dtype=DType.float32, rank=1, ...],
+        inverse: OutputTensor[dtype=DType.int64, rank=1, ...],
+        a_offsets: OutputTensor[dtype=DType.uint32, rank=1, ...],
+        expert_usage_stats: OutputTensor[dtype=DType.uint32, rank=1, ...],
+        x: InputTensor[dtype=dtype, rank=2, ...],
+        router_weight: InputTensor[dtype=dtype, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        moe_route_topk_group[target](
+            topk_ids, topk_weights, token_index, row_scale, inverse, a_offsets, expert_usage_stats,
+            x, router_weight, ctx,
+        )

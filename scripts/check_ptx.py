@@ -66,6 +66,7 @@ class PtxCheck:
 GROUPED_HARNESS = "tests/mojo/grouped_gpu_harness.mojo"
 INT4_HARNESS = "tests/mojo/int4_gemm_gpu_test.mojo"
 K_CACHE_HARNESS = "tests/mojo/k_cache_gpu_harness.mojo"
+MOE_ROUTE_HARNESS = "tests/mojo/moe_route_gpu_harness.mojo"
 
 CHECKS: tuple[PtxCheck, ...] = (
     PtxCheck(
@@ -120,6 +121,17 @@ CHECKS: tuple[PtxCheck, ...] = (
             r"cp\.async\.bulk\.tensor\.2d\.cta_group::2",  # pair loads signal the leader
             r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier",
             r"\.reqnctapercluster 2, 1, 1",
+        ),
+        forbidden=NO_SPILLS,
+    ),
+    PtxCheck(
+        name="moe_route_sm90",
+        harness=MOE_ROUTE_HARNESS,
+        arch="sm_90a",
+        required=(
+            r"ld\.global\.v4\.b32",  # 16-byte router weight / token loads
+            r"match\.any\.sync\.b32",  # grouping: lanes of one expert
+            r"shfl\.sync\.up",  # the table's prefix sum
         ),
         forbidden=NO_SPILLS,
     ),

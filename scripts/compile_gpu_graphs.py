@@ -212,6 +212,31 @@ def compile_kv_projection() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
+def compile_moe_route() -> None:
+    """Compiles one graph with two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16
+    E = 5 top-5 at H = 96): the router and grouping kernels of each dtype; symbolic T."""
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType
+
+    from mojo_gemm.router.op import moe_route
+
+    gpu = DeviceRef.GPU()
+    configs = [(DType.bfloat16, 2048, 64, 8), (DType.float16, 96, 5, 5)]
+    types = []
+    for dt, h, e, _ in configs:
+        types += [TensorType(dt, ["t", h], gpu), TensorType(dt, [e, h], gpu)]
+    with Graph("moe_route_gpu_compile", input_types=types) as graph:
+        outs = []
+        for n, (*_, k) in enumerate(configs):
+            r = moe_route(graph.inputs[2 * n].tensor, graph.inputs[2 * n + 1].tensor, k)
+            outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
+                     r.a_offsets, r.expert_usage_stats]
+        graph.output(*outs)
+    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+
+
 def compile_every_op() -> None:
     """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
@@ -290,6 +315,7 @@ def main() -> None:
         ("k_matmul_ragged_paged_scale", compile_k_cache),
         ("quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection)",
          compile_kv_projection),
+        ("moe_route_topk_group", compile_moe_route),
     )
     for name, build in builds:
         t0 = time.perf_counter()

@@ -209,6 +209,9 @@ APIS = (
          "w_stride": None},
         {"t": NOT_INT, "n": NOT_INT, "k": NOT_INT, "granularity": (128, ("1", 2, 3)),
          "a_stride": NOT_INT, "w_stride": NOT_INT}),
+    Api("moe_route", lambda v, a: mg.moe_route(**a),
+        {"x": TENSOR, "router_weight": TENSOR, "top_k": 2},
+        {"x": NOT_TENSOR, "router_weight": NOT_TENSOR, "top_k": NOT_INT}),
     Api("quantize_fp8_rows", lambda v, a: mg.quantize_fp8_rows(**a),
         {"x": TENSOR, "block": 128}, {"x": NOT_TENSOR, "block": NOT_INT}),
     Api("PagedKVProjection", lambda v, a: mg.PagedKVProjection(**a),
@@ -264,7 +267,7 @@ def test_every_public_callable_is_covered() -> None:
     """Every public function and layer of `mojo_gemm.__all__` has a case."""
     covered = {api.name.split(".")[0] for api in APIS}
     callables = {n for n in mg.__all__ if callable(getattr(mg, n))} - {
-        "kernels_package", "kernels_path", "ExpertGrouping"}
+        "kernels_package", "kernels_path", "ExpertGrouping", "MoERouting"}
     assert callables <= covered, callables - covered
 
 

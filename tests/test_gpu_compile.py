@@ -25,7 +25,8 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
         capture_output=True, text=True, timeout=1200, env=child_env(),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
-    ops = ("multistage_gemm_q", "grouped_matmul_sm100_persistent", "k_matmul_ragged_paged_scale")
+    ops = ("multistage_gemm_q", "grouped_matmul_sm100_persistent", "k_matmul_ragged_paged_scale",
+           "moe_route_topk_group")
     for op in ops:
         assert f"compiled {op} for sm_90a" in run.stdout
     assert ("compiled quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection) "

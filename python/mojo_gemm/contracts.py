@@ -29,6 +29,7 @@ from .k_cache.contract import (
     PAGED_KV_PROJECTION_CALL,
     V_MATMUL_RAGGED_PAGED_SCALE,
 )
+from .router.contract import MOE_ROUTE
 
 ALL_CONTRACTS: tuple[Contract, ...] = (
     INT4_MATMUL,
@@ -38,6 +39,7 @@ ALL_CONTRACTS: tuple[Contract, ...] = (
     QUANTIZE_FP8_ROWS,
     PAGED_KV_PROJECTION,
     PAGED_KV_PROJECTION_CALL,
+    MOE_ROUTE,
 )
 """Every public op's contract, in README order."""
 
@@ -50,6 +52,7 @@ __all__ = [
     "INT4_MATMUL",
     "K_CACHE_DTYPES",
     "K_MATMUL_RAGGED_PAGED_SCALE",
+    "MOE_ROUTE",
     "PAGED_KV_PROJECTION",
     "PAGED_KV_PROJECTION_CALL",
     "QUANTIZE_FP8_ROWS",

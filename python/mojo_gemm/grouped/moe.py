@@ -2,13 +2,13 @@
 
 Everything happens inside the graph, on the graph's device, with no host round trip:
 
-1. router: logits = x · Wrᵀ in float32 (bf16 weight cast up: float32 logits make exact ties,
-   and so routing that depends on accumulation order, practically impossible), `ops.top_k`,
-   weights = softmax over the k selected logits (= softmax over all, renormalized on the top-k);
-2. grouping: the [T, k] choices are flattened to R = T·k assignments and sorted by the unique
-   key expert · 2³² + assignment (so the order does not depend on the sort being stable);
-   counts come from a one-hot sum, offsets from a cumsum, expert_ids = arange(E) (G = E groups,
-   empty ones included: the op skips them), stats = [max count, E];
+1. router and grouping, one op (`moe_route`: two GPU kernels instead of ~15-20 graph ops):
+   logits = x · Wrᵀ accumulated in float32 (float32 logits make exact ties, and so routing that
+   depends on accumulation order, practically impossible), the top-k experts by decreasing
+   logit (ties to the lower id), weights = softmax over the k selected logits (= softmax over
+   all, renormalized on the top-k); the R = T·k assignments sorted by (expert, assignment),
+   a_offsets, expert_ids = arange(E) (G = E groups, empty ones included: the op skips them),
+   stats = [max count, E];
 3. experts: rows x[token of each sorted assignment] go through `grouped_matmul` twice, gate/up
    with the SwiGLU epilogue, then down with row_scale = the assignment's router weight;
 4. combine: the sorted rows are put back in assignment order with the inverse permutation (a
@@ -26,14 +26,13 @@ from max.nn import Module
 
 from ..core.host import to_buffer
 from ..core.rules import ARRAY, DEVICE, DTYPE, INT, TENSOR, check_types, optional
+from ..router.op import MoERouting, moe_route
 from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
 from .layer import GroupedLinear
 from .op import grouped_matmul
 
 HIDDEN_ALIGN = 8
 """hidden_size must be a multiple of this (the grouped op's column blocks)."""
-_KEY_SHIFT = 1 << 32
-"""Sort key = expert id · 2³² + assignment index: unique, ordered by expert first."""
 
 
 class MoEBlock(Module):
@@ -99,42 +98,30 @@ class MoEBlock(Module):
         if x.device != self.device:
             raise ValueError(f"MoEBlock: x must be on {self.device}, got {x.device}")
 
-    def route(self, x: TensorValue) -> tuple[TensorValue, TensorValue]:
-        """Router of x `dtype` [T, hidden]: (expert ids int64 [T, k], weights float32 [T, k]).
-
-        The ids are in decreasing logit order; the weights are a softmax over the k logits.
-        """
+    def _routing(self, x: TensorValue) -> MoERouting:
+        """The full routing of x `dtype` [T, hidden] (`MoERouting`: top-k ids and weights, the
+        rows sorted by expert and `grouped_matmul`'s routing operands)."""
         self._check_input(x)
-        logits = ops.matmul(ops.cast(x, DType.float32),
-                            ops.cast(TensorValue(self.router_weight), DType.float32).T)
-        values, ids = ops.top_k(logits, self.top_k, axis=-1)
-        return ids, ops.softmax(values)
+        return moe_route(x, TensorValue(self.router_weight), self.top_k)
+
+    def route(self, x: TensorValue) -> tuple[TensorValue, TensorValue]:
+        """Router of x `dtype` [T, hidden]: (expert ids int32 [T, k], weights float32 [T, k]).
+
+        The ids are in decreasing logit order (ties to the lower id); the weights are a
+        softmax over the k logits.
+        """
+        r = self._routing(x)
+        return r.topk_ids, r.topk_weights
 
     def __call__(self, x: TensorValue) -> TensorValue:
         """x `dtype` [T, hidden_size] -> `dtype` [T, hidden_size] (see the class docstring)."""
-        ids, weights = self.route(x)
-        dev, e, k = self.device, self.num_experts, self.top_k
-        t = x.shape[0]
-        flat = ops.reshape(ids, [t * k])  # assignment j = token·k + choice
-        r = flat.shape[0]
-        arange_r = ops.range(0, r, 1, out_dim=r, dtype=DType.int64, device=dev)
-        order = ops.argsort(flat * _KEY_SHIFT + arange_r)  # sorted row -> assignment
-        inverse = ops.argsort(order)  # assignment -> sorted row
-        experts = ops.range(0, e, 1, out_dim=e, dtype=DType.int64, device=dev)
-        one_hot = ops.cast(ops.equal(ops.unsqueeze(flat, 1), ops.unsqueeze(experts, 0)),
-                           DType.uint32)  # [R, E]
-        counts = ops.reshape(ops.sum(one_hot, axis=0), [e])
-        offsets = ops.concat([ops.constant(np.zeros(1, np.uint32), DType.uint32, device=dev),
-                              ops.cumsum(counts)])
-        stats = ops.concat([ops.reshape(ops.max(counts, axis=0), [1]),
-                            ops.constant(np.array([e], np.uint32), DType.uint32, device=dev)])
-        expert_ids = ops.cast(experts, DType.int32)
-        rows = ops.gather(x, ops.floor_div(order, k), axis=0)  # [R, hidden], sorted
-        row_scale = ops.gather(ops.reshape(weights, [r]), order, axis=0)
-        route = (offsets, expert_ids, stats)
+        r = self._routing(x)
+        t, k = x.shape[0], self.top_k
+        rows = ops.gather(x, r.token_index, axis=0)  # [R, hidden], sorted by expert
+        route = r.grouped_operands
         act = grouped_matmul(rows, TensorValue(self.gate_up.weight), *route, swiglu=True)
-        y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=row_scale)
-        per_choice = ops.reshape(ops.cast(ops.gather(y, inverse, axis=0), DType.float32),
+        y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=r.row_scale)
+        per_choice = ops.reshape(ops.cast(ops.gather(y, r.inverse, axis=0), DType.float32),
                                  [t, k, self.hidden_size])
         return ops.cast(ops.sum(per_choice, axis=1).reshape([t, self.hidden_size]), self.dtype)
 
