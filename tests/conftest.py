@@ -1,9 +1,19 @@
-"""Shared pytest setup: `gpu` tests skip cleanly on machines without an NVIDIA GPU."""
+"""Shared pytest setup: `gpu` tests skip cleanly on machines without an NVIDIA GPU, and the
+child processes of the selected `background` tests start early on a second lane
+(tests/background.py)."""
 
 from __future__ import annotations
 
 import pytest
 from max.driver import accelerator_count
+
+import background
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "background(*jobs): child processes (background.Job) the test waits for; "
+        "started when collection ends, on a second lane")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -14,3 +24,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Queues the jobs of every selected, not skipped test, longest first."""
+    if session.config.option.collectonly:
+        return
+    jobs = [job for item in session.items if item.get_closest_marker("skip") is None
+            for job in background.jobs_of(item)]
+    for job in sorted(dict.fromkeys(jobs), key=lambda j: -j.seconds):
+        background.submit(job)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    background.shutdown()
