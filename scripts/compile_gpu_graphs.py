@@ -241,7 +241,8 @@ def compile_every_op() -> None:
     """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
     k_matmul_ragged_paged_scale and v_matmul_ragged_paged_scale at granularity (1, 128, 128)
-    into a bf16 cache); symbolic token counts."""
+    into a bf16 cache) and moe_route_topk_group (MoEBlock's router, 4 experts top-2);
+    symbolic token counts."""
     from max.driver import CPU, Accelerator
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -252,6 +253,7 @@ def compile_every_op() -> None:
     from mojo_gemm import Int4Linear
     from mojo_gemm.grouped.op import grouped_matmul
     from mojo_gemm.k_cache.layer import PagedKVProjection
+    from mojo_gemm.router.op import moe_route
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
     bf16, hidden, experts = DType.bfloat16, 512, 4
@@ -264,7 +266,7 @@ def compile_every_op() -> None:
             self.int4 = Int4Linear(hidden, 256, group_size=128, dtype=bf16, device=gpu)
             self.kv = PagedKVProjection(params, hidden, 0, dtype=bf16, device=gpu)
 
-        def __call__(self, x, a, b, offs, ids, stats, offsets, *cache):  # type: ignore[no-untyped-def]
+        def __call__(self, x, a, b, offs, ids, stats, rw, offsets, *cache):  # type: ignore[no-untyped-def]
             blocks, stride, lens, lut, mp, mc = cache
             coll = PagedCacheValues(
                 kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
@@ -272,7 +274,8 @@ def compile_every_op() -> None:
             )
             self.kv(x.tensor, offsets.tensor, coll)
             y = grouped_matmul(a.tensor, b.tensor, offs.tensor, ids.tensor, stats.tensor)
-            return self.int4(x.tensor), y
+            r = moe_route(x.tensor, rw.tensor, 2)
+            return self.int4(x.tensor), y, r.token_index, r.row_scale, r.a_offsets
 
     types: list[TensorType | BufferType] = [
         TensorType(bf16, ["t", hidden], gpu),
@@ -281,6 +284,7 @@ def compile_every_op() -> None:
         TensorType(DType.uint32, ["g1"], gpu),
         TensorType(DType.int32, ["g"], gpu),
         TensorType(DType.uint32, [2], gpu),
+        TensorType(bf16, [experts, hidden], gpu),
         TensorType(DType.uint32, ["B1"], gpu),
         BufferType(bf16, ["pages", *params.shape_per_block], gpu),
         TensorType(DType.int64, [1], cpu),
@@ -296,7 +300,7 @@ def compile_every_op() -> None:
 
 
 ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
-                  " k/v_matmul_ragged_paged_scale)")
+                  " k/v_matmul_ragged_paged_scale, moe_route_topk_group)")
 
 
 def main() -> None:
