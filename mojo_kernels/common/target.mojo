@@ -46,8 +46,9 @@ comptime SMEM_BUDGET_AMPERE_SMALL = 99 * 1024
 Ampere path, so that the H200 runs the configs of the tightest budget)."""
 comptime SMEM_BUDGET_A100 = 163 * 1024
 """Largest dynamic shared memory per CTA on sm_80 / sm_87."""
-comptime SMEM_BUDGET_HOPPER = 227 * 1024
-"""Largest dynamic shared memory per CTA on sm_90a / sm_100a."""
+comptime SMEM_BUDGET_SM90 = 227 * 1024
+"""Largest dynamic shared memory per CTA on sm_90a / sm_100a (232448 bytes): the one definition
+every op's kernels and configs resolve against on those targets."""
 
 
 def arch_name(arch: StaticString) -> StaticString:
@@ -124,7 +125,7 @@ def smem_budget(arch: StaticString, path: Int) -> Int:
         if a == "sm_80" or a == "sm_87":
             return SMEM_BUDGET_A100
         return SMEM_BUDGET_AMPERE_SMALL
-    return SMEM_BUDGET_HOPPER
+    return SMEM_BUDGET_SM90
 
 
 def path_name(path: Int) -> StaticString:

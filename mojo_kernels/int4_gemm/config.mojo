@@ -17,8 +17,7 @@ choice of the launcher. PIPE_WARP configs (the M <= 16 kernel) instead give ever
 own ring: warps x stages x warp_stage_bytes (see there).
 """
 
-comptime SMEM_BUDGET_SM90 = 227 * 1024
-"""Largest dynamic shared memory one CTA may opt into on sm_90 (H100/H200)."""
+from ..common.target import SMEM_BUDGET_SM90
 
 comptime MIN_STAGES = 3
 """The resolver never goes below this many pipeline stages."""

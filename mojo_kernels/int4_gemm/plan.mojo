@@ -6,7 +6,7 @@ path), the same choice the GPU dispatch makes (`launcher.int4_gpu_plan_text`).
 """
 
 from ..common.plan_text import write_nul_padded
-from .launcher import int4_gpu_plan_text
+from .entry import int4_gpu_plan_text
 
 
 def write_int4_gpu_plan(

@@ -16,8 +16,8 @@ from ..common.target import (
     smem_budget,
 )
 from .cpu import int4_gemm_cpu
-from .gpu_dispatch import int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config
-from .gpu_portable import int4_gemm_gpu_portable, int4_portable_plan_text
+from .dispatch import int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config
+from .kernels.portable import int4_gemm_gpu_portable, int4_portable_plan_text
 from .layout import Int4GemmShape
 
 comptime U32Ptr = Pointer[UInt32, MutAnyOrigin]

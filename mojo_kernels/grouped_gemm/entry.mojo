@@ -20,9 +20,9 @@ from max.gpu.host import DeviceContext
 
 from ..common.target import PATH_BLACKWELL, PATH_HOPPER, PATH_UNSUPPORTED, SUPPORTED_TARGETS, gpu_arch, gpu_path
 from .cpu import grouped_matmul_cpu
-from .gpu_naive import grouped_matmul_gpu_naive
-from .sm90 import grouped_matmul_sm90
-from .sm100 import grouped_matmul_sm100
+from .kernels.naive import grouped_matmul_gpu_naive
+from .kernels.sm90 import grouped_matmul_sm90
+from .kernels.sm100 import grouped_matmul_sm100
 from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, OP_NAME, U32Ptr
 
 

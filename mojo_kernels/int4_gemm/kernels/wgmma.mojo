@@ -56,12 +56,12 @@ from std.sys import inlined_assembly, _RegisterPackType
 from std.memory import bitcast
 from std.math import ceildiv
 
-from .config import (
+from ..config import (
     Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
     wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
     cluster_wave_cap,
 )
-from .gpu_mma import magic_value, nibble_pair
+from .mma import magic_value, nibble_pair
 
 comptime F32 = DType.float32
 comptime SW128 = TensorMapSwizzle.SWIZZLE_128B

@@ -46,8 +46,8 @@ from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from std.memory import bitcast
 from std.math import ceildiv
 
-from ..common.pdl import launch_dependent_grids, wait_on_dependent_grids
-from .config import Int4GemmConfig, scale_rows_per_stage
+from ...common.pdl import launch_dependent_grids, wait_on_dependent_grids
+from ..config import Int4GemmConfig, scale_rows_per_stage
 
 comptime F32 = DType.float32
 comptime WORDS_PER_TILE = 128

@@ -52,8 +52,9 @@ from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import tile_layout_k_major, tile_layout_k_major_typed, tile_to_descriptor
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
-from .epilogue import apply_epilogue
-from .scheduler import (
+from ...common.target import SMEM_BUDGET_SM90
+from ..epilogue import apply_epilogue
+from ..scheduler import (
     ElemPtr,
     F32Ptr,
     GroupedShape,
@@ -76,7 +77,6 @@ comptime EPI_THREADS = 128
 comptime PRODUCER_WARP = 4
 comptime MMA_WARP = 5
 comptime ACC_STAGES = 2
-comptime SMEM_LIMIT = 227 * 1024
 comptime MAX_STAGES = 16
 comptime LD_CHUNK = 32
 """Token columns read from TMEM per tcgen05.ld (32x32b.x32: 32 registers)."""
@@ -90,7 +90,7 @@ def sm100_stages[dtype: DType, BN: Int, cta_group: Int]() -> Int:
     """Pipeline depth from shared memory: ring stages (2 mbarriers each) next to the fixed
     part (accumulator barriers and the TMEM address)."""
     comptime fixed = 2 * ACC_STAGES * 8 + 16
-    return min(MAX_STAGES, (SMEM_LIMIT - fixed) // (sm100_stage_bytes[dtype, BN, cta_group]() + 16))
+    return min(MAX_STAGES, (SMEM_BUDGET_SM90 - fixed) // (sm100_stage_bytes[dtype, BN, cta_group]() + 16))
 
 
 def sm100_smem_bytes[dtype: DType, BN: Int, cta_group: Int]() -> Int:
