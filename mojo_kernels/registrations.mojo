@@ -1,4 +1,4 @@
-"""Every custom op of the package: thin wrappers (tensors -> pointers/shapes -> launcher)."""
+"""Every custom op of the package: thin wrappers (tensors -> pointers/shapes -> the op's entry.mojo)."""
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
@@ -259,7 +259,7 @@ struct QuantizeFp8Rows[block: Int]:
     """Quantizes activations per token and per `block` columns to e4m3 (kernels in fp8_quant/).
 
     data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]) with scales[kb, t] = amax over the
-    block / 448 (1.0 for an all-zero block): mojo_gemm.quant.fp8.quantize_fp8_input(x, 1, block)
+    block / 448 (1.0 for an all-zero block): mojo_gemm.quantize_fp8_input(x, 1, block)
     without its token padding. Shapes: x [T, H] bfloat16, float16 or float32; data [T, H]
     float8_e4m3fn (uint8 bits on CPU); scales float32 [ceil(H/block), T] (the input_scale
     layout of k_matmul_ragged_paged_scale with gm = 1).

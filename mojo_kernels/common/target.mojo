@@ -1,11 +1,11 @@
 """The GPU target of a compile, classified once for every op's dispatch.
 
-Each op's GPU launcher asks `gpu_path[force]()` at compile time which kernel family it may
+Each op's entry (and GPU dispatch) asks `gpu_path[force]()` at compile time which kernel family it may
 instantiate, so a target never sees an instruction it lacks (wgmma, TMA, clusters and setmaxnreg
 exist only on sm_90a; tcgen05 only on sm_100a; inline PTX only on NVIDIA). The plan ops call
 `path_for_arch` with the arch the caller names, so the host-side plans report the same choice.
 
-Paths (what each op does with them: the op's launcher):
+Paths (what each op does with them: the op's entry.mojo / dispatch.mojo):
 - PATH_HOPPER: sm_90a, today's kernels.
 - PATH_BLACKWELL: sm_100a (grouped: tcgen05 kernels; int4 and K-cache: the mma.sync kernels,
   clusters allowed).
@@ -13,8 +13,8 @@ Paths (what each op does with them: the op's launcher):
   mma.sync of the K-cache op only where `has_fp8_mma`).
 - PATH_PORTABLE: AMD (gfx9xx): kernels written with vendor-neutral primitives only (shared
   memory tiles, barrier()).
-- PATH_UNSUPPORTED: anything else; the launchers fail the compile naming SUPPORTED_TARGETS,
-  and the Python wrappers (mojo_gemm._targets) raise before a graph with it is compiled.
+- PATH_UNSUPPORTED: anything else; the entries fail the compile naming SUPPORTED_TARGETS,
+  and the Python wrappers (mojo_gemm.core.targets) raise before a graph with it is compiled.
 
 `force` (an op parameter set from MOJO_GEMM_FORCE_PATH by the Python wrappers) runs the Ampere
 or portable path on a GPU that would pick a faster one, to test those paths on an H200.
@@ -39,7 +39,7 @@ comptime SUPPORTED_TARGETS = (
     "NVIDIA sm_80, sm_86, sm_87, sm_89 (Ampere / Ada: mma.sync), sm_90a (Hopper), sm_100a"
     " (Blackwell), sm_120; AMD gfx9xx (gfx942, gfx950: portable kernels)"
 )
-"""The targets some path covers, for error messages (mojo_gemm._targets keeps the same list)."""
+"""The targets some path covers, for error messages (mojo_gemm.core.targets keeps the same list)."""
 
 comptime SMEM_BUDGET_AMPERE_SMALL = 99 * 1024
 """Largest dynamic shared memory per CTA on sm_86 / sm_89 / sm_120 (also used for a forced

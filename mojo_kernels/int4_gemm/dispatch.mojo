@@ -251,7 +251,7 @@ def int4_gemm_gpu[
     """output[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias) on the GPU (all pointers are device memory).
 
     dtype: bfloat16 or float16 (x, scales, zeros, bias, out). qweight: uint32 [Np/64, Kp*8],
-    packed layout of int4_layout.py. scales / zeros: [Kp/g, Np] (transposed 8 x 8 inside
+    packed layout of python/mojo_gemm/int4/layout.py. scales / zeros: [Kp/g, Np] (transposed 8 x 8 inside
     64 columns); zeros are read only when has_zeros (else z = 8), bias [N] only when has_bias.
     group_size: 32, 64, 128 (any multiple of 16 dividing or divided by 128), or -1 = per
     channel. N % 8 == 0, Kp % 128 == 0; np_ = 64 * qweight.dim0 (default: N rounded up to 64).

@@ -1,4 +1,5 @@
-"""GPU paths of `k_matmul_ragged_paged_scale` (no per-call allocation) and the dispatch.
+"""GPU dispatch of `k_matmul_ragged_paged_scale` (no per-call allocation): the rules, and the
+launches that apply them (kernels in kernels/, measured configs in tuning_sm90.mojo).
 
 Dispatch: `k_cache_gpu_plan` picks the launch (a PLAN_* code; `k_cache_gpu_plan_text` names
 it, plan.mojo writes it for the `k_matmul_ragged_paged_scale_plan` op) and `k_cache_matmul_gpu`
@@ -6,13 +7,13 @@ launches what it picked. Both take the GPU path (common/target.mojo) and whether
 FP8 mma.sync as parameters: rules 2-3b (TMA + wgmma) apply on the Hopper path only, rule 4
 (FP8 mma.sync) where the compile can emit FP8 mma.sync (sm_90a, sm_100a: Hopper, Blackwell and
 the Ampere path forced on those; target.has_fp8_mma), rule 5 everywhere: on sm_80 / 86 / 89
-and AMD (the portable path) every call takes `simt`, written with shared-memory tiles and
+and AMD (the portable path) every call takes `simt_kernel`, written with shared-memory tiles and
 barrier() only. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
-2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (gpu_wgmma.mojo),
+2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (kernels/wgmma.mojo),
    LARGE or SMALL tiles by `wgmma_large_tiles`.
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
-   + wgmma with the weight on the MMA's M side (gpu_wgmma_decode.mojo; `decode_config` picks
+   + wgmma with the weight on the MMA's M side (kernels/wgmma_decode.mojo; `decode_config` picks
    the token tile): TMA keeps far more weight bytes in flight per SM than 4.'s register
    fragments (up to 4x faster at N = 8192, T = 64-128).
 3b. 16 < T <= 64, ceil(N / 64) * SPLIT_MAX <= SPLIT_MAX_CTAS (N <= 1920), the same operand
@@ -20,11 +21,12 @@ barrier() only. First match wins:
    through distributed shared memory (`decode_split_config`): N = 1024 gives 3. only 16 CTAs,
    and 4.'s 16-row CTAs re-read the tokens from L2 many times (the split is ~30 % faster at
    K = 8192, T = 64).
-4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk` below, with
+4. gk % 64 == 0, K and the row strides multiples of 16: `mma_splitk_kernel` (kernels/mma.mojo), with
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
    WGMMA_MIN_TOKENS (the MMA_* configs).
-5. Anything else (any granularity): `simt`, fp32 FMAs from shared-memory tiles.
+5. Anything else (any granularity): `simt_kernel` (kernels/simt.mojo), fp32 FMAs from
+   shared-memory tiles.
 """
 
 
@@ -43,7 +45,7 @@ from .layout import F32Ptr, Fp8Ptr, KCacheShape, U32Ptr
 from .tuning_sm90 import MMA_DECODE, MMA_DECODE_LARGE_N, MMA_MID, MMA_MID_LARGE_N, MMA_PREFILL
 
 comptime WGMMA_MIN_TOKENS = 128
-"""More tokens than this (and gk % 128 == 0) take the TMA + wgmma kernel (gpu_wgmma.mojo); up
+"""More tokens than this (and gk % 128 == 0) take the TMA + wgmma kernel (kernels/wgmma.mojo); up
 to it the mma.sync split-K kernel, whose CTAs cover only 8 or 16 weight rows each, keeps more
 SMs busy (at N = 1024, T = 64-128 the 64-row wgmma tiles leave most SMs idle)."""
 comptime LARGE_N = 4096
@@ -65,7 +67,7 @@ comptime PLAN_MMA_MID_LARGE_N = 6
 comptime PLAN_MMA_PREFILL = 7
 comptime PLAN_SIMT = 8
 comptime PLAN_WGMMA_DECODE = 9
-"""The swap-AB decode kernel (gpu_wgmma_decode.mojo)."""
+"""The swap-AB decode kernel (kernels/wgmma_decode.mojo)."""
 comptime PLAN_WGMMA_DECODE_SPLIT = 10
 """The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (rule 3b)."""
 comptime SPLIT_MAX_CTAS = 120

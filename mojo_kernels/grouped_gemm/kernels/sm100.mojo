@@ -349,7 +349,7 @@ def grouped_matmul_sm100[
 ) raises:
     """Enqueues the persistent SM100 kernel: token tile BN, cta_group 1 or 2 (device pointers).
 
-    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the launcher routes other K elsewhere.
+    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert cta_group == 1 or cta_group == 2, "cta_group must be 1 or 2"
     comptime assert BN % (16 * cta_group) == 0 and BN <= 256 and BN % LD_CHUNK == 0, (

@@ -255,7 +255,7 @@ def grouped_matmul_sm90[
 ) raises:
     """Enqueues the persistent SM90 kernel with token tile BN (device pointers).
 
-    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the launcher routes other K elsewhere.
+    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert BN % 8 == 0 and BN <= 256, "BN must be a multiple of 8 up to 256"
     comptime STAGES = sm90_stages[dtype, BN]()

@@ -3,7 +3,7 @@
 Warp-specialized: one CTA
 computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
 64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
-gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
+dispatch.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
 "full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32
 (4 per K tile, the first with scale-d = 0 so the block accumulator needs no zeroing) into a

@@ -8,10 +8,10 @@ a deep TMA ring (`stages` of 64 x (128 ksub) e4m3 weight + tn x (128 ksub) e4m3 
 ksub boxes of 128 bytes per row with 128-byte swizzle: 256-512 contiguous bytes per weight row
 per stage) while the token tile, the same for every CTA, is served by L2. With N / 64 CTAs
 and one CTA per SM (e.g. N = 8192: 128 CTAs), every SM keeps 64-96 KB of weight in flight,
-which is what HBM latency needs; the mma.sync split-K kernel (gpu.mojo) holds its in-flight
+which is what HBM latency needs; the mma.sync split-K kernel (mma.mojo) holds its in-flight
 bytes in registers instead and stops at ~2.6 TB/s there.
 
-Warp-specialized like gpu_wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
+Warp-specialized like wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
 "full"/"empty" mbarriers (its other warps resolve each token's cache slot meanwhile);
 `consumers` warpgroups take the stages round-robin (two hide each other's wgmma -> wait ->
 promote chain), each with its own fp32 accumulator. Per 128-wide K block (one scale block):
