@@ -211,7 +211,7 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
         double-buffered: 2 * kg * fpw * 4 per thread; `_keep4` stops ptxas from reusing the
         in-flight A registers). Correct, but no faster than two consumer warpgroups
-        overlapping each other, so not dispatched (WGMMA_PIPELINED).
+        overlapping each other, so no config of tuning_sm90.mojo sets it.
     split_k: CTAs per cluster along K (a run-time choice of the dispatch; 0 = heuristic).
     ctas: CTAs per SM the kernel is built for (1 or 2): `nvvm.minctasm`, the setmaxnreg split
           (1: producer 40 / consumers 232; 2: 24 / 104 with two consumer warpgroups, 24 / 232

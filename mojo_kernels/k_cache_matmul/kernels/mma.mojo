@@ -1,5 +1,5 @@
-"""`mma_splitk_kernel` (FP8 mma.sync split-K): warps compute mma.sync m16n8k32 e4m3 tiles (16 tokens on the MMA's M side, 8
-weight rows on its N side) with fragments loaded straight from global memory as 16-byte vectors;
+"""`mma_splitk_kernel` (FP8 mma.sync split-K): warps compute mma.sync m16n8k32 e4m3 tiles (16
+tokens on the MMA's M side, 8 weight rows on its N side) with fragments loaded straight from global memory as 16-byte vectors;
 the 64 k values one 16-byte load per lane covers are the same permutation of k for both
 operands, so no shuffle is needed. A CTA covers 16·MT tokens x 8·NB weight rows, and its 8
 warps split K by scale block (intra-CTA split-K: with so few rows per CTA, decode spreads over
