@@ -144,7 +144,7 @@ class Case:
                 "w_bytes": w_bytes, "io_bytes": w_bytes + 2 * rows * (self.K + self.N)}
 
     def config(self, gpu: bool = True) -> str:
-        """The launcher's kernel choice (launcher.mojo: use_decode_tiles, from shapes only)."""
+        """The launcher's kernel choice (dispatch.mojo: use_decode_tiles, from shapes only)."""
         if not gpu:
             return "cpu"
         if self.K * 2 % 16:
@@ -638,7 +638,7 @@ def main() -> None:
              "offs = int32 cumulative row ends per expert): rows are not padded to any "
              "alignment. Routing: T tokens x top-k distinct experts, uniform or Zipf(1.2) over a "
              "seeded expert ranking; rows sorted by expert; all experts are groups (G = E), the "
-             "used ones first. config = the SM90 launcher's token tile for these shapes."]
+             "used ones first. config = the SM90 dispatch's token tile for these shapes."]
     if gpu and os.environ.get("BENCH_SKIP_MAX") != "1" and left_s() < 100:
         notes.append("MAX's built-in was not run: the wall budget was spent.")
     elif gpu and os.environ.get("BENCH_SKIP_MAX") != "1":

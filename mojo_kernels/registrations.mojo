@@ -1,11 +1,11 @@
-"""Every custom op of the package: thin wrappers (tensors -> pointers/shapes -> launcher)."""
+"""Every custom op of the package: thin wrappers (tensors -> pointers/shapes -> the op's entry.mojo)."""
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.gpu.host import DeviceContext
 
 from .common.checks import row_major_shape
-from .int4_gemm.launcher import launch_int4_gemm
+from .int4_gemm.entry import launch_int4_gemm
 from .int4_gemm.plan import write_int4_gpu_plan
 
 
@@ -73,7 +73,7 @@ struct MultistageGemmQPlan[group_size: Int, has_zeros: Bool, arch: StaticString 
 
 # ---- grouped_matmul_sm100_persistent (MoE grouped GEMM; kernels in grouped_gemm/) ----------
 from extensibility import _MutableInputTensor
-from .grouped_gemm.launcher import dense_shape, grouped_execute
+from .grouped_gemm.entry import dense_shape, grouped_execute
 
 
 @extensibility.register("grouped_matmul_sm100_persistent")
@@ -251,7 +251,7 @@ struct KMatmulRaggedPagedScalePlan[
 
 
 # ---- quantize_fp8_rows (issue 6): per-token, per-block e4m3 activation quantizer
-from .fp8_quant.launcher import quantize_fp8_rows
+from .fp8_quant.entry import quantize_fp8_rows
 
 
 @extensibility.register("quantize_fp8_rows")
@@ -259,7 +259,7 @@ struct QuantizeFp8Rows[block: Int]:
     """Quantizes activations per token and per `block` columns to e4m3 (kernels in fp8_quant/).
 
     data[t, c] = round_e4m3(x[t, c] / scales[c // block, t]) with scales[kb, t] = amax over the
-    block / 448 (1.0 for an all-zero block): mojo_gemm.quant.fp8.quantize_fp8_input(x, 1, block)
+    block / 448 (1.0 for an all-zero block): mojo_gemm.quantize_fp8_input(x, 1, block)
     without its token padding. Shapes: x [T, H] bfloat16, float16 or float32; data [T, H]
     float8_e4m3fn (uint8 bits on CPU); scales float32 [ceil(H/block), T] (the input_scale
     layout of k_matmul_ragged_paged_scale with gm = 1).
@@ -276,7 +276,7 @@ struct QuantizeFp8Rows[block: Int]:
 
 
 # ---- moe_route_topk_group: MoE router + top-k + softmax + grouping by expert (kernels in moe_route/)
-from .moe_route.launcher import moe_route_topk_group
+from .moe_route.entry import moe_route_topk_group
 
 
 @extensibility.register("moe_route_topk_group")

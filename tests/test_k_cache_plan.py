@@ -1,9 +1,9 @@
 """The FP8 K-cache op's H200 launch plan, computed on the CPU from the dispatch's own Mojo code.
 
-Expected strings follow the rules of k_cache_matmul/gpu.mojo (`k_cache_gpu_plan`:
+Expected strings follow the rules of k_cache_matmul/dispatch.mojo (`k_cache_gpu_plan`:
 WGMMA_MIN_TOKENS = 128, LARGE_N = 4096, DECODE_MIN_CTAS = 100, the MMA_* configs),
-gpu_wgmma.mojo (`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs,
-else SMALL 64x64) and gpu_wgmma_decode.mojo (`decode_config`).
+kernels/wgmma.mojo (`wgmma_large_tiles`: LARGE 128x128 tiles from MIN_CTAS_FOR_LARGE = 120 CTAs,
+else SMALL 64x64) and kernels/wgmma_decode.mojo (`decode_config`).
 """
 
 from __future__ import annotations

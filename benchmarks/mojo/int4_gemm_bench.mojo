@@ -2,14 +2,14 @@
 bf16, symmetric, no bias, M in {16, 64, 128, 256, 1024, 4096}; standalone program for the H200.
 
     ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/int4_gemm_bench.mojo
-    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [pp] [m=16,64]
-(noprev: skip timing the v6 mma.sync selection; pp: also time the experimental pipelined configs;
-wk: also the warp-k configs WG_CFG_64K / WG_CFG_128K with splits 1, 2, 4 at 16 < M <= 128;
+    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [wk] [xs] [m=16,64]
+(noprev: skip timing the v6 mma.sync selection;
+wk: also the warp-k config WG_CFG_128K with splits 1, 2, 4 at 64 < M <= 128;
 xs: also the cluster sizes the plan avoids or caps (3, 5, 6, 7, 8) at 16 < M <= 128;
 m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
 
 Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
-dispatch without its pins (`prev_m16_choice` at M = 16, `gpu_dispatch.wgmma_rule` above; timed,
+dispatch without its pins (`prev_m16_choice` at M = 16, `dispatch.wgmma_rule` above; timed,
 tagged "v7", only where a pin changes the launch, else equal to default), "default" =
 `int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
 CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
@@ -37,21 +37,20 @@ from std.os import getenv
 from mojo_kernels.int4_gemm.config import (
     Int4GemmConfig, Int4WgmmaConfig, SMEM_BUDGET_SM90, try_resolve_config, try_resolve_wgmma_config,
 )
-from mojo_kernels.int4_gemm.gpu_dispatch import (
+from mojo_kernels.int4_gemm.dispatch import (
     launch_int4_gemm_mma, int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config,
-    CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P, wgmma_plan, wgmma_rule,
-    WG_VAR_64, WG_VAR_64W, WG_VAR_128,
-    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_64K, WG_CFG_128K,
+    wgmma_plan, wgmma_rule,
+)
+from mojo_kernels.int4_gemm.tuning_sm90 import (
+    CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_VAR_64, WG_VAR_64W, WG_VAR_128,
+    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_128K,
 )
 from mojo_kernels.int4_gemm.config import wgmma_smem_budget, smem_usage, wgmma_smem_usage
-from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
+from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
 from int4_gemm_ref import F32, fill_uniform, fill_u32, fill_nan, run_reference, compare_rows, spin_kernel
 
 comptime BF16 = DType.bfloat16
 comptime G = 128
-comptime WG_CFG_64NP = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2, pp=True)
-"""WG_CFG_64N software-pipelined (flag `pp`; not dispatched): the warpgroup dequantizes stage
-i + 1 while stage i's wgmmas run; its CTA has no second consumer to overlap with."""
 comptime WG_CFG_128N = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
 """128 tokens x 128 columns, one consumer warpgroup, 2 CTAs per SM (5 stages in ~113 KB; not
 dispatched: at M = 128 within 1-2 % of the 128 x 256 tiles where it came closest, session 8)."""
@@ -310,7 +309,6 @@ def main() raises:
     if len(args) > 1:
         only = Int(String(args[1]))
     var with_prev = True
-    var with_pp = False
     var with_wk = False
     var with_xs = False
     var m_only = List[Int]()
@@ -318,8 +316,6 @@ def main() raises:
         var a = String(args[ai])
         if a == "noprev":
             with_prev = False
-        if a == "pp":
-            with_pp = True
         if a == "wk":
             with_wk = True
         if a == "xs":
@@ -411,8 +407,7 @@ def main() raises:
                 best.us = b7.us
                 best.desc = b7.desc
             if m > 16:
-                # the v7 plan's tile with the other splits of {1, 2, 4}, the other tile, and
-                # (flag `pp`) the experimental software-pipelined twin
+                # the v7 plan's tile with the other splits of {1, 2, 4} and the other tile
                 for sp in [1, 2, 4]:
                     if sp != rule[1]:
                         if rule[0] == WG_VAR_64:
@@ -423,11 +418,6 @@ def main() raises:
                     _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best, all_ok)
                 if m <= 64:
                     _ = try_cfg[WG_CFG_64W](ctx, L, m, KIND_WGMMA, 0, ref_rows, nrows, best, all_ok)
-                if with_pp:
-                    if rule[0] == WG_VAR_64:
-                        _ = try_cfg[WG_CFG_64P](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
-                    elif rule[0] == WG_VAR_128:
-                        _ = try_cfg[WG_CFG_128P](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
             if m > 16 and m <= 64:
                 # 64 x 128 tiles built for 2 CTAs per SM over split_k {1, 2, 4, 8}
                 var bands = ceildiv(n, 64)
@@ -435,8 +425,6 @@ def main() raises:
                     var ctas = ceildiv(bands, 2) * sp
                     if ctas >= 64 and ctas <= 264 and kp // 64 // sp >= 4:
                         _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
-                        if with_pp:
-                            _ = try_cfg[WG_CFG_64NP](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             if m > 64 and m <= 256:
                 # the 2-CTA-per-SM tiles (64 x 128 and 128 x 128) over split_k {1, 2, 4, 8}
                 var bands2 = ceildiv(ceildiv(n, 64), 2)
@@ -456,17 +444,12 @@ def main() raises:
                             _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
                             if m > 64:
                                 _ = try_cfg[WG_CFG_128K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
-                            else:
-                                _ = try_cfg[WG_CFG_64K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
-            if with_wk and m > 16 and m <= 128:
-                var tiles = ceildiv(ceildiv(n, 64), 2) * ceildiv(m, 64 if m <= 64 else 128)
+            if with_wk and m > 64 and m <= 128:
+                var tiles = ceildiv(ceildiv(n, 64), 2) * ceildiv(m, 128)
                 for sp in [1, 2, 4]:
                     var ctas = tiles * sp
                     if ctas <= 132 * 2 and kp // 64 // sp >= 4:
-                        if m <= 64:
-                            _ = try_cfg[WG_CFG_64K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
-                        else:
-                            _ = try_cfg[WG_CFG_128K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+                        _ = try_cfg[WG_CFG_128K](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             prev.append(p_us)
             prev_desc.append(p_desc)
             v7.append(v7_us)

@@ -1,11 +1,11 @@
 """The GPU target of a compile, classified once for every op's dispatch.
 
-Each op's GPU launcher asks `gpu_path[force]()` at compile time which kernel family it may
+Each op's entry (and GPU dispatch) asks `gpu_path[force]()` at compile time which kernel family it may
 instantiate, so a target never sees an instruction it lacks (wgmma, TMA, clusters and setmaxnreg
 exist only on sm_90a; tcgen05 only on sm_100a; inline PTX only on NVIDIA). The plan ops call
 `path_for_arch` with the arch the caller names, so the host-side plans report the same choice.
 
-Paths (what each op does with them: the op's launcher):
+Paths (what each op does with them: the op's entry.mojo / dispatch.mojo):
 - PATH_HOPPER: sm_90a, today's kernels.
 - PATH_BLACKWELL: sm_100a (grouped: tcgen05 kernels; int4 and K-cache: the mma.sync kernels,
   clusters allowed).
@@ -13,8 +13,8 @@ Paths (what each op does with them: the op's launcher):
   mma.sync of the K-cache op only where `has_fp8_mma`).
 - PATH_PORTABLE: AMD (gfx9xx): kernels written with vendor-neutral primitives only (shared
   memory tiles, barrier()).
-- PATH_UNSUPPORTED: anything else; the launchers fail the compile naming SUPPORTED_TARGETS,
-  and the Python wrappers (mojo_gemm._targets) raise before a graph with it is compiled.
+- PATH_UNSUPPORTED: anything else; the entries fail the compile naming SUPPORTED_TARGETS,
+  and the Python wrappers (mojo_gemm.core.targets) raise before a graph with it is compiled.
 
 `force` (an op parameter set from MOJO_GEMM_FORCE_PATH by the Python wrappers) runs the Ampere
 or portable path on a GPU that would pick a faster one, to test those paths on an H200.
@@ -39,15 +39,16 @@ comptime SUPPORTED_TARGETS = (
     "NVIDIA sm_80, sm_86, sm_87, sm_89 (Ampere / Ada: mma.sync), sm_90a (Hopper), sm_100a"
     " (Blackwell), sm_120; AMD gfx9xx (gfx942, gfx950: portable kernels)"
 )
-"""The targets some path covers, for error messages (mojo_gemm._targets keeps the same list)."""
+"""The targets some path covers, for error messages (mojo_gemm.core.targets keeps the same list)."""
 
 comptime SMEM_BUDGET_AMPERE_SMALL = 99 * 1024
 """Largest dynamic shared memory per CTA on sm_86 / sm_89 / sm_120 (also used for a forced
 Ampere path, so that the H200 runs the configs of the tightest budget)."""
 comptime SMEM_BUDGET_A100 = 163 * 1024
 """Largest dynamic shared memory per CTA on sm_80 / sm_87."""
-comptime SMEM_BUDGET_HOPPER = 227 * 1024
-"""Largest dynamic shared memory per CTA on sm_90a / sm_100a."""
+comptime SMEM_BUDGET_SM90 = 227 * 1024
+"""Largest dynamic shared memory per CTA on sm_90a / sm_100a (232448 bytes): the one definition
+every op's kernels and configs resolve against on those targets."""
 
 
 def arch_name(arch: StaticString) -> StaticString:
@@ -124,7 +125,7 @@ def smem_budget(arch: StaticString, path: Int) -> Int:
         if a == "sm_80" or a == "sm_87":
             return SMEM_BUDGET_A100
         return SMEM_BUDGET_AMPERE_SMALL
-    return SMEM_BUDGET_HOPPER
+    return SMEM_BUDGET_SM90
 
 
 def path_name(path: Int) -> StaticString:

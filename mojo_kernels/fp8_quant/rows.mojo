@@ -2,7 +2,7 @@
 
 Per token t and block kb of `block` columns: scale = amax(|x[t, block kb]|) / 448 (1.0 when the
 block is all zeros), q = round_e4m3(clamp(x / scale, ±448)). The host quantizer
-(mojo_gemm.quant.fp8.quantize_fp8_input) divides in float64 and rounds to float32, then to e4m3
+(mojo_gemm.quantize_fp8_input) divides in float64 and rounds to float32, then to e4m3
 (nearest even). For blocks with amax >= 2^-100 both divisions run in float32: every operand is
 a float32 value (x comes from bf16/fp16/fp32, the scale is float32), and for such operands the
 correctly rounded float32 quotient equals the float64 quotient rounded to float32 (53 >= 2·24

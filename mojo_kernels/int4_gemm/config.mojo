@@ -1,4 +1,4 @@
-"""Tile configuration of the W4A16 tensor-core kernel (`gpu_mma.mojo`) and its smem budget.
+"""Tile configuration of the W4A16 tensor-core kernel (`kernels/mma.mojo`) and its smem budget.
 
 The kernel computes Cᵀ tiles with the weights on the MMA's M side ("swap AB"): one warp owns
 one 64-column packed band (`wn` = 64, the width of one 16-byte-per-lane load of a packed tile)
@@ -13,12 +13,11 @@ Shared memory (bytes), for activations of 2 bytes:
     usage = max(ring, max(warp_k - 1, 1) * bm * bn * 4)   fp32 partials for the reductions
 with scale_rows = max(1, bk / group_size) (0 for per-channel: those are read once from
 global memory). The reduction buffer always counts one tile because `split_k` is a run-time
-choice of the launcher. PIPE_WARP configs (the M <= 16 kernel) instead give every warp its
+choice of the dispatch. PIPE_WARP configs (the M <= 16 kernel) instead give every warp its
 own ring: warps x stages x warp_stage_bytes (see there).
 """
 
-comptime SMEM_BUDGET_SM90 = 227 * 1024
-"""Largest dynamic shared memory one CTA may opt into on sm_90 (H100/H200)."""
+from ..common.target import SMEM_BUDGET_SM90
 
 comptime MIN_STAGES = 3
 """The resolver never goes below this many pipeline stages."""
@@ -41,7 +40,7 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
     wn: columns per warp: always 64 (one packed band).
     stages: cp.async pipeline depth (>= 2).
     warp_k: warp-k partitions per CTA (power of two, divides bk / 16).
-    split_k: CTAs per cluster along K (1..8); chosen at run time by the launcher.
+    split_k: CTAs per cluster along K (1..8); chosen at run time by the dispatch.
     pipeline: PIPE_CTA or PIPE_WARP (then bm == wm <= 16).
     """
 
@@ -182,7 +181,7 @@ def resolve_config(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, budget
     return r
 
 
-# ---- wgmma kernel (`gpu_wgmma.mojo`, sm_90a) ------------------------------------------------
+# ---- wgmma kernel (`kernels/wgmma.mojo`, sm_90a) --------------------------------------------
 
 comptime WG_BK = 64
 """K per pipeline stage of the wgmma kernel: one 128-byte (128B-swizzle) row of bf16/fp16."""
@@ -212,8 +211,8 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
         double-buffered: 2 * kg * fpw * 4 per thread; `_keep4` stops ptxas from reusing the
         in-flight A registers). Correct, but no faster than two consumer warpgroups
-        overlapping each other, so not dispatched (WGMMA_PIPELINED).
-    split_k: CTAs per cluster along K (a run-time choice of the launcher; 0 = heuristic).
+        overlapping each other, so no config of tuning_sm90.mojo sets it.
+    split_k: CTAs per cluster along K (a run-time choice of the dispatch; 0 = heuristic).
     ctas: CTAs per SM the kernel is built for (1 or 2): `nvvm.minctasm`, the setmaxnreg split
           (1: producer 40 / consumers 232; 2: 24 / 104 with two consumer warpgroups, 24 / 232
           with one) and the smem budget per CTA
@@ -330,7 +329,7 @@ def wgmma_stage_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) ->
 
 def wgmma_ring_bytes(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool) -> Int:
     """Ring (every region a multiple of 1 KiB) or the epilogue's fp32 output tile (nt rows of
-    bn + 4 floats, gpu_wgmma._store_tile), the larger."""
+    bn + 4 floats, kernels/wgmma._store_tile), the larger."""
     var x = cfg.stages * cfg.nt * WG_BK * 2
     var w = cfg.stages * cfg.bands() * WG_KT * 512
     var s = cfg.stages * wgmma_scale_rows(group_size) * cfg.bn() * 2

@@ -1,7 +1,7 @@
 """The packed int4 weight layout of `multistage_gemm_q`, Mojo side.
 
 This is the one place in Mojo that knows the layout defined by
-python/mojo_gemm/quant/int4_layout.py (keep the two in sync):
+python/mojo_gemm/int4/layout.py (keep the two in sync):
 
 - qweight: uint32 [Np / 64, Kp * 8]. Row T is the 64-column band n in [64T, 64T + 64); along
   the row, 16(K) x 64(N) tiles of 128 words follow each other in K order. Inside a tile, word

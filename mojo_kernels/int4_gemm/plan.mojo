@@ -2,11 +2,11 @@
 
 Benchmarks record it per row and tests check it (e.g. warp_k > 1 at decode sizes) without a GPU:
 the plan is a pure function of (M, N, Kp, group size, zeros) and the GPU target (arch and forced
-path), the same choice the GPU dispatch makes (`launcher.int4_gpu_plan_text`).
+path), the same choice the GPU dispatch makes (`entry.int4_gpu_plan_text`).
 """
 
 from ..common.plan_text import write_nul_padded
-from .launcher import int4_gpu_plan_text
+from .entry import int4_gpu_plan_text
 
 
 def write_int4_gpu_plan(

@@ -1,15 +1,25 @@
 """Graph-tensor entry of `k_matmul_ragged_paged_scale` and its V twin
 `v_matmul_ragged_paged_scale`: checks, builds MAX's paged-cache collection from the
 PagedCacheValues tensors, takes the K or V half of layer `layer_idx` (compile-time `half`), then
-calls the launcher. The kernels only see a KVCacheT, so both halves share every code path."""
+picks the CPU or GPU path (`launch_k_cache_matmul`; GPU: dispatch.mojo). The kernels only see a
+KVCacheT and write through it alone, so the V twin runs exactly the K kernels."""
 
 from extensibility import InputTensor, _MutableInputTensor
 from max.gpu.host import DeviceContext
 from builtin_kernels.kv_cache import generic_get_paged_cache
-from kv_cache.types import KVCacheStaticParams, KVCollectionT
+from kv_cache.types import KVCacheStaticParams, KVCacheT, KVCollectionT
 from layout import TileTensor
 
-from .launcher import launch_k_cache_matmul
+from ..common.target import (
+    PATH_UNSUPPORTED,
+    SUPPORTED_TARGETS,
+    gpu_arch,
+    gpu_path,
+    has_fp8_mma,
+    path_for_arch,
+)
+from .cpu import k_cache_matmul_cpu
+from .dispatch import k_cache_gpu_plan_text, k_cache_matmul_gpu
 from .layout import F32Ptr, Fp8Ptr, KCacheShape, K_HALF, U32Ptr, op_name
 
 
@@ -33,7 +43,7 @@ def kv_matmul_ragged_paged_scale[
     ctx: DeviceContext,
 ) raises:
     """See KMatmulRaggedPagedScale in registrations.mojo; `half` is K_HALF or V_HALF, `force` a
-    FORCE_* value of common/target.mojo (the launcher's GPU path). Raises an
+    FORCE_* value of common/target.mojo (`launch_k_cache_matmul`'s GPU path). Raises an
     Error naming the tensor for a bad shape, a page_stride below one page, or layer_idx >= the
     cache's layers."""
     comptime OP_NAME = op_name[half]()
@@ -119,3 +129,54 @@ def _launch_half[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString, for
         launch_k_cache_matmul[gm, gn, gk, type_of(cache), target, force](
             hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx
         )
+
+
+def launch_k_cache_matmul[
+    gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, target: StaticString, force: Int = 0
+](
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    weight: Fp8Ptr,
+    in_scale: F32Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    k_cache: cache_t,
+    shape: KCacheShape,
+    ctx: DeviceContext,
+) raises:
+    """Writes k[t, n] = sum_k a[t,k] w[n,k] as[k//gk, t//gm] ws[n//gn, k//gk] into k_cache.
+
+    Pointers live on the target's device (see KCacheShape for the shapes). target "cpu" ->
+    cpu.mojo; "gpu" -> dispatch.mojo, given the GPU's path under the FORCE_* value `force`
+    (common/target.mojo) and whether it has FP8 mma.sync: wgmma kernels on Hopper only, the
+    mma.sync kernel on sm_90a / sm_100a, the SIMT kernel everywhere (sm_80 / 86 / 89 and AMD
+    take it for every call). A target no path supports fails to compile, naming it.
+    """
+    comptime if target == "cpu":
+        k_cache_matmul_cpu[gm, gn, gk](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape
+        )
+    elif target == "gpu":
+        comptime path = gpu_path[force]()
+        comptime assert path != PATH_UNSUPPORTED, String(
+            "k_matmul_ragged_paged_scale: unsupported GPU target '", gpu_arch(), "' (supported: ",
+            SUPPORTED_TARGETS, ")")
+        k_cache_matmul_gpu[gm, gn, gk, cache_t, path, has_fp8_mma(gpu_arch())](
+            hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx
+        )
+    else:
+        comptime assert False, String("k_matmul_ragged_paged_scale: unsupported target '", target, "'")
+
+
+def k_cache_plan_text[gm: Int, gn: Int, gk: Int, arch: StaticString, force: Int](shape: KCacheShape) raises -> String:
+    """The launch `launch_k_cache_matmul` makes on GPU `arch` (e.g. "sm_90a", "sm_80", "gfx950")
+    under `force`, as text: host arithmetic, for the plan op. Raises for a target no path
+    supports."""
+    comptime path = path_for_arch(arch, force)
+    comptime if path == PATH_UNSUPPORTED:
+        raise Error("k_matmul_ragged_paged_scale: unsupported GPU target '", arch, "' (supported: ",
+                    SUPPORTED_TARGETS, ")")
+    else:
+        return k_cache_gpu_plan_text[gm, gn, gk, path, has_fp8_mma(arch)](shape)

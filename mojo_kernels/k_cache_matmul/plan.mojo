@@ -3,12 +3,12 @@ host (any target).
 
 Benchmarks record it per row and tests check it without a GPU: the plan is a pure function of
 (T, N, K, a_stride, w_stride), the scale granularity and the GPU target (arch and forced path),
-the same function the GPU dispatch launches from (`k_cache_gpu_plan` in gpu.mojo, given the
-target's path by `launcher.k_cache_plan_text`).
+the same function the GPU dispatch launches from (`k_cache_gpu_plan` in dispatch.mojo, given the
+target's path by `entry.k_cache_plan_text`).
 """
 
 from ..common.plan_text import write_nul_padded
-from .launcher import k_cache_plan_text
+from .entry import k_cache_plan_text
 from .layout import KCacheShape
 
 comptime _INT32_MAX = 2**31 - 1

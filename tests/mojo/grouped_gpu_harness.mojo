@@ -12,8 +12,8 @@ from std.time import perf_counter_ns
 from max.gpu import global_idx
 from max.gpu.host import DeviceContext
 
-from mojo_kernels.grouped_gemm.gpu_naive import grouped_matmul_gpu_naive
-from mojo_kernels.grouped_gemm.launcher import launch_grouped_matmul
+from mojo_kernels.grouped_gemm.kernels.naive import grouped_matmul_gpu_naive
+from mojo_kernels.grouped_gemm.entry import launch_grouped_matmul
 from mojo_kernels.grouped_gemm.scheduler import GroupedShape
 
 comptime POISON = -777.0

@@ -22,7 +22,7 @@ from extensibility import InputTensor, OutputTensor, StaticTensorSpec
 from max.gpu import global_idx, thread_idx
 from max.gpu.host import DeviceBuffer, DeviceContext
 
-from mojo_kernels.grouped_gemm.gpu_naive import grouped_matmul_gpu_naive
+from mojo_kernels.grouped_gemm.kernels.naive import grouped_matmul_gpu_naive
 from mojo_kernels.grouped_gemm.scheduler import GroupedShape
 from mojo_kernels.registrations import GroupedMatmulSm100Persistent
 

@@ -2,13 +2,12 @@
 
     python tests/mojo/int4_gemm_fixture.py .gpu-bin/int4_gemm_fixture.bin
     ../shared/gpu/bundle-bin -I . -I tests/mojo tests/mojo/int4_gemm_gpu_test.mojo
-    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture] [pp]
-(`pp`: also the experimental software-pipelined wgmma configs, not dispatched yet.)
+    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture]
 
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
 2. Fixture problems packed by python/mojo_gemm/int4/layout.py with float64 results: the
    naive reference kernel and `int4_gemm_gpu` (each tile config, several split_k) must match,
-   and so must every wgmma config (gpu_wgmma.mojo) launched directly with split_k 1, 2, 3, and
+   and so must every wgmma config (kernels/wgmma.mojo) launched directly with split_k 1, 2, 3, and
    every mma.sync PIPE_WARP config launched directly with split_k 1, 2, 3.
 3. Random problems (dtypes, group sizes, zeros, bias, N tails, many M-tiles) against the naive
    reference: `int4_gemm_gpu`, every wgmma config, and (M <= 16) every PIPE_WARP config.
@@ -22,12 +21,12 @@ from mojo_kernels.int4_gemm.config import (
     Int4GemmConfig, resolve_config, smem_usage, SMEM_BUDGET_SM90,
 )
 from mojo_kernels.int4_gemm.config import Int4WgmmaConfig
-from mojo_kernels.int4_gemm.gpu_dispatch import (
-    int4_gemm_gpu, int4_gemm_gpu_config, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64P, WG_CFG_128P,
-    WG_CFG_64N, WG_CFG_64K, WG_CFG_128K, launch_int4_gemm_mma, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
+from mojo_kernels.int4_gemm.dispatch import int4_gemm_gpu, int4_gemm_gpu_config, launch_int4_gemm_mma
+from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma
+from mojo_kernels.int4_gemm.tuning_sm90 import (
+    WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
     CFG_M16_K8,
 )
-from mojo_kernels.int4_gemm.gpu_wgmma import launch_int4_gemm_wgmma
 from int4_gemm_ref import (
     F32, fill_uniform, fill_u32, fill_codes, fill_nan, run_reference, compare_rows, CheckResult,
 )
@@ -72,10 +71,9 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     ctx: DeviceContext, op: Pointer[Scalar[dtype], MutAnyOrigin], xp: Pointer[Scalar[dtype], MutAnyOrigin],
     qp: Pointer[UInt32, MutAnyOrigin], sp: Pointer[Scalar[dtype], MutAnyOrigin],
     zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
-    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int], with_pp: Bool,
+    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int],
 ) raises -> Bool:
-    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows);
-    the experimental software-pipelined configs only with the `pp` flag (see main)."""
+    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows)."""
     var ok = True
 
     @always_inline
@@ -94,11 +92,7 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         one[WG_CFG_64W](splits[i])
         one[WG_CFG_128](splits[i])
         one[WG_CFG_64N](splits[i])
-        one[WG_CFG_64K](splits[i])
         one[WG_CFG_128K](splits[i])
-        if with_pp:
-            one[WG_CFG_64P](splits[i])
-            one[WG_CFG_128P](splits[i])
     return ok
 
 
@@ -143,7 +137,7 @@ def _upload_f32_as[dtype: DType](ctx: DeviceContext, src: Pointer[Float32, MutAn
 
 
 def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
-    ctx: DeviceContext, base: Pointer[UInt8, MutAnyOrigin], mut off: Int, with_pp: Bool
+    ctx: DeviceContext, base: Pointer[UInt8, MutAnyOrigin], mut off: Int
 ) raises -> Bool:
     var hdr = base.unsafe_offset(off).unsafe_bitcast[Int32]()
     var m = Int(hdr[unsafe_offset=0])
@@ -207,7 +201,7 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](
         ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
         s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
-        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits, with_pp) and ok
+        b.unsafe_ptr().as_unsafe_any_origin(), ref64, m, n, kp, np_, wsplits) and ok
     ok = mma_warp_checks[dtype, group_size, has_zeros, has_bias](
         ctx, op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
         s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
@@ -216,7 +210,7 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
 
 
 def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
-    ctx: DeviceContext, m: Int, n: Int, kp: Int, with_pp: Bool
+    ctx: DeviceContext, m: Int, n: Int, kp: Int
 ) raises -> Bool:
     var np_ = (n + 63) // 64 * 64
     var groups = kp // (kp if group_size <= 0 else group_size)
@@ -252,7 +246,7 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
               r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
     var wsplits: List[Int] = [0, 1, 4, 5, 6]
-    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits, with_pp) and ok
+    ok = wgmma_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, wsplits) and ok
     if m <= 16:
         var msplits: List[Int] = [1, 2, 4, 8]
         ok = mma_warp_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, msplits) and ok
@@ -266,7 +260,6 @@ def main() raises:
     var args = argv()
     if len(args) > 1:
         path = String(args[1])
-    var pp = len(args) > 2 and String(args[2]) == "pp"  # also the experimental pipelined configs
     var data: List[UInt8]
     with open(path, "r") as f:
         data = f.read_bytes()
@@ -274,23 +267,23 @@ def main() raises:
     var ncases = Int(base.unsafe_bitcast[Int32]()[unsafe_offset=0])
     var off = 4
     # the instantiations follow CASES in int4_gemm_fixture.py
-    ok = fixture_case[DType.bfloat16, 128, True, True](ctx, base, off, pp) and ok
-    ok = fixture_case[DType.float16, 64, True, False](ctx, base, off, pp) and ok
-    ok = fixture_case[DType.float16, -1, False, False](ctx, base, off, pp) and ok
-    ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off, pp) and ok
-    ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off, pp) and ok
+    ok = fixture_case[DType.bfloat16, 128, True, True](ctx, base, off) and ok
+    ok = fixture_case[DType.float16, 64, True, False](ctx, base, off) and ok
+    ok = fixture_case[DType.float16, -1, False, False](ctx, base, off) and ok
+    ok = fixture_case[DType.bfloat16, 32, False, True](ctx, base, off) and ok
+    ok = fixture_case[DType.bfloat16, 128, False, False](ctx, base, off) and ok
     if ncases != 5 or off != len(data):
         print("fixture: expected 5 cases and", len(data), "bytes, read", off, flush=True)
         ok = False
-    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048, pp) and ok
-    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096, pp) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024, pp) and ok
-    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072, pp) and ok
+    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048) and ok
+    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024) and ok
+    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072) and ok
     # wgmma-sized: many M-tiles (raster groups), N tails (partial CTA band sets), per-channel, g32
-    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024, pp) and ok
-    ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048, pp) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024, pp) and ok
-    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096, pp) and ok
+    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024) and ok
+    ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048) and ok
+    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024) and ok
+    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
     print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)

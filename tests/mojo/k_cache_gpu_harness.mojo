@@ -18,10 +18,10 @@ from std.utils.index import IndexList
 from std.math import ceildiv
 
 from mojo_kernels.k_cache_matmul.entry import kv_matmul_ragged_paged_scale
-from mojo_kernels.k_cache_matmul.gpu import k_cache_gpu_plan_text
+from mojo_kernels.k_cache_matmul.dispatch import k_cache_gpu_plan_text
 from mojo_kernels.k_cache_matmul.layout import K_HALF, V_HALF
 from mojo_kernels.k_cache_matmul.plan import plan_shape
-from mojo_kernels.fp8_quant.launcher import quantize_fp8_rows
+from mojo_kernels.fp8_quant.entry import quantize_fp8_rows
 
 comptime U8 = DType.uint8
 comptime FP8 = DType.float8_e4m3fn
@@ -390,7 +390,7 @@ def main() raises:
         ctx, "large-N T=100 (mma) gn=64", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
     run_case[DType.float8_e4m3fn, 33, 128, 1, 128, 16, 1, 128, 128](
         ctx, "large-N T=17 fp8 per-head (mma)", 1024, [16, 1], [3, 250], 0, True, True, 0)
-    # N / 64 >= 100 CTAs and T <= 64: the swap-AB wgmma decode kernel (gpu_wgmma_decode.mojo):
+    # N / 64 >= 100 CTAs and T <= 64: the swap-AB wgmma decode kernel (kernels/wgmma_decode.mojo):
     # tn = 8 / 16 / 32 / 64, pages crossed, fp8 per-head cache, head_dim 96 (N tail of 32 rows,
     # K tail), padded page_stride (unaligned rows: scalar stores), bad lookup-table entries
     run_case[DType.bfloat16, 64, 128, 1, 128, 16, 1, 128, 128](

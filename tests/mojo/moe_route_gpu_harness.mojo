@@ -10,7 +10,7 @@ from std.memory.alloc import unsafe_alloc
 from std.time import perf_counter_ns
 
 from mojo_kernels.moe_route.cpu import group_rows_cpu, route_tokens_cpu
-from mojo_kernels.moe_route.gpu import route_gpu
+from mojo_kernels.moe_route.kernels.topk_group import route_gpu
 
 
 @always_inline

@@ -6,7 +6,7 @@ computed on the CPU.
 "wgmma 64x64", "mma.sync MT=1 NB=2 U=2 late", "mma.sync MT=2 NB=2 U=2 rot", "simt" or
 "none (T=0)" (default: the H200, sm_90a; `arch="sm_80"` or an AMD target gives "simt" for
 every call, `arch="sm_89"` the mma.sync and SIMT kernels).
-It runs the dispatch's own Mojo function (`k_cache_gpu_plan` in k_cache_matmul/gpu.mojo) in a
+It runs the dispatch's own Mojo function (`k_cache_gpu_plan` in k_cache_matmul/dispatch.mojo) in a
 tiny CPU graph (`core.plan_op`, compiled once per granularity and process), so benchmarks can
 record the config of every row and tests can check the plan without a GPU.
 """

@@ -8,10 +8,10 @@ a deep TMA ring (`stages` of 64 x (128 ksub) e4m3 weight + tn x (128 ksub) e4m3 
 ksub boxes of 128 bytes per row with 128-byte swizzle: 256-512 contiguous bytes per weight row
 per stage) while the token tile, the same for every CTA, is served by L2. With N / 64 CTAs
 and one CTA per SM (e.g. N = 8192: 128 CTAs), every SM keeps 64-96 KB of weight in flight,
-which is what HBM latency needs; the mma.sync split-K kernel (gpu.mojo) holds its in-flight
+which is what HBM latency needs; the mma.sync split-K kernel (mma.mojo) holds its in-flight
 bytes in registers instead and stops at ~2.6 TB/s there.
 
-Warp-specialized like gpu_wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
+Warp-specialized like wgmma.mojo: warpgroup 0's first thread issues the TMA loads into
 "full"/"empty" mbarriers (its other warps resolve each token's cache slot meanwhile);
 `consumers` warpgroups take the stages round-robin (two hide each other's wgmma -> wait ->
 promote chain), each with its own fp32 accumulator. Per 128-wide K block (one scale block):
@@ -51,9 +51,10 @@ from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed,
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 from kv_cache.types import KVCacheT
 
-from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
-from .gpu_wgmma import BK, SW
-from .layout import (
+from ...common.target import SMEM_BUDGET_SM90
+from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from .wgmma import BK, SW
+from ..layout import (
     F32Ptr,
     Fp8Ptr,
     KCacheShape,
@@ -133,10 +134,8 @@ struct DecodeConfig(ImplicitlyCopyable, Writable):
 
 
 comptime DECODE_STAGES = 8
-"""Most stages (`decode_config` takes fewer when they do not fit in SMEM_BUDGET). Measured at
+"""Most stages (`decode_config` takes fewer when they do not fit in SMEM_BUDGET_SM90_SM90). Measured at
 N = 8192 with 128-wide stages: 10 or 12 stages were 0-10 % slower (the ring is not the limit)."""
-comptime SMEM_BUDGET = 227 * 1024
-"""Dynamic shared memory one sm_90 CTA may use."""
 comptime DECODE_CONSUMERS = 2
 """Consumer warpgroups. Measured at N = 8192: one was 7-60 % slower (its wgmma -> wait ->
 promote chain per K tile is not hidden), three (152 registers each) no faster than two; two
@@ -149,7 +148,7 @@ at T = 1 (K = 4096)."""
 
 def decode_config(t: Int) -> DecodeConfig:
     """The CTA shape for T tokens: the smallest tn in {8, 16, 32, 64, 128} holding them, the K
-    per stage, and as many stages (up to DECODE_STAGES) as fit in SMEM_BUDGET next to the
+    per stage, and as many stages (up to DECODE_STAGES) as fit in SMEM_BUDGET_SM90 next to the
     accumulators."""
     var tn = 8
     while tn < t and tn < MAX_TOKENS:
@@ -160,7 +159,7 @@ def decode_config(t: Int) -> DecodeConfig:
     # room for few stages
     var ksub = 2 if tn <= 16 else (4 if tn <= 64 else 1)
     var rotate = tn >= ROTATE_MIN_TN
-    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1).smem_bytes() > SMEM_BUDGET:
+    while DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1).smem_bytes() > SMEM_BUDGET_SM90:
         stages -= 1
     return DecodeConfig(tn, stages, DECODE_CONSUMERS, ksub, rotate, 1)
 

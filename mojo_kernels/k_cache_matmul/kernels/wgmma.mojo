@@ -3,7 +3,7 @@
 Warp-specialized: one CTA
 computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
 64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
-gpu.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
+dispatch.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
 "full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32
 (4 per K tile, the first with scale-d = 0 so the block accumulator needs no zeroing) into a
@@ -35,7 +35,7 @@ from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed,
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 from kv_cache.types import KVCacheT
 
-from .layout import (
+from ..layout import (
     F32Ptr,
     Fp8Ptr,
     KCacheShape,
@@ -88,9 +88,9 @@ struct WgmmaConfig(ImplicitlyCopyable, Writable):
         return 232 if self.consumers > 1 else 160
 
 
-comptime LARGE = WgmmaConfig(2, 128)
+comptime LARGE = WgmmaConfig(consumers=2, bn=128)
 """128 tokens x 128 columns, 384 threads: many tokens."""
-comptime SMALL = WgmmaConfig(1, 64)
+comptime SMALL = WgmmaConfig(consumers=1, bn=64)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
 comptime MIN_CTAS_FOR_LARGE = 120
 """LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""

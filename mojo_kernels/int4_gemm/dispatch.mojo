@@ -1,7 +1,8 @@
 """Host side of the W4A16 tensor-core path: picks a kernel and tile config by M (and N, K),
 resolves it against the shared-memory budget, chooses the cluster split-K, launches it:
-`gpu_wgmma`'s register-A wgmma kernel from WGMMA_MIN_M tokens on (`wgmma_variant`), below that
-`gpu_mma`'s mma.sync kernels (`int4_gemm_gpu_mma`).
+the register-A wgmma kernel (kernels/wgmma.mojo) from WGMMA_MIN_M tokens on (`wgmma_variant`),
+below that the mma.sync kernels (kernels/mma.mojo, `int4_gemm_gpu_mma`). The measured configs and
+the shape-keyed pins are tuning_sm90.mojo's.
 
 Entry point: `int4_gemm_gpu` (shapes and dtypes in its docstring). `int4_gemm_gpu_config`
 describes the launch it would make, for benchmark records.
@@ -23,72 +24,34 @@ from .config import (
     PIPE_WARP,
 )
 from ..common.pdl import pdl_attributes
-from .gpu_mma import int4_gemm_mma_kernel, int4_gemv_kernel
-from .gpu_wgmma import launch_int4_gemm_wgmma
+from .kernels.mma import int4_gemm_mma_kernel, int4_gemv_kernel
+from .kernels.wgmma import launch_int4_gemm_wgmma
+from .tuning_sm90 import (
+    CFG_LARGE,
+    CFG_M8,
+    CFG_M8_NARROW,
+    CFG_M16,
+    CFG_M16_K8,
+    CFG_M16_NARROW,
+    CFG_M32,
+    CFG_M64,
+    WG_CFG_64,
+    WG_CFG_64N,
+    WG_CFG_64W,
+    WG_CFG_128,
+    WG_CFG_128K,
+    WG_VAR_64,
+    WG_VAR_64N,
+    WG_VAR_64W,
+    WG_VAR_128,
+    WG_VAR_128K,
+    WGMMA_MIN_M,
+    tuned_choice,
+    tuned_wgmma,
+)
 
-# Tile table, by tokens per call and output bands (64 columns each); every warp owns one band.
-# Chosen from H200 sweeps over 8 Llama-3 layers (docs/design/multistage_gemm_q.md).
-comptime CFG_M8 = Int4GemmConfig(bm=8, bn=128, bk=128, wm=8, wn=64, stages=4, warp_k=2, split_k=1, pipeline=PIPE_WARP)
-"""M <= 8 (decode): barrier-free per-warp streams, 2 bands x 2 K parts = 4 warps, 3 chunks of
-8 packed tiles in flight per warp; ~106 KB smem, 2 CTAs per SM."""
-comptime CFG_M8_NARROW = Int4GemmConfig(bm=8, bn=64, bk=64, wm=8, wn=64, stages=6, warp_k=4, split_k=1, pipeline=PIPE_WARP)
-"""M <= 8 and at most 64 bands (N <= 4096): 1 band x 4 K parts, more CTAs per band."""
-comptime CFG_M16 = Int4GemmConfig(bm=16, bn=128, bk=128, wm=16, wn=64, stages=4, warp_k=2, split_k=1, pipeline=PIPE_WARP)
-"""9 <= M <= 16: as CFG_M8 with two n8 token tiles per warp."""
-comptime CFG_M16_NARROW = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=5, warp_k=4, split_k=1, pipeline=PIPE_WARP)
-"""9 <= M <= 16 and at most 64 bands."""
-comptime CFG_M32 = Int4GemmConfig(bm=32, bn=256, bk=128, wm=32, wn=64, stages=4, warp_k=2, split_k=1)
-"""17 <= M <= 32: CTA-wide ring, 4 bands x 2 warp-k partitions."""
-comptime CFG_M64 = Int4GemmConfig(bm=64, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=2, split_k=1)
-"""33 <= M <= 64: 4 bands x 2 partitions; 128 fp32 accumulators per thread (1 CTA per SM)."""
-comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=1, split_k=1)
-"""M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
-comptime CFG_M16_K8 = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=4, warp_k=8, split_k=1, pipeline=PIPE_WARP)
-"""9 <= M <= 16 (tuned_choice variant 2): CFG_M16_NARROW with 8 K parts: twice the warps
-per CTA, half the chunks per warp. Pinned on 8B.qkv, 8B.o, 8B.down, 70B.o."""
 comptime NARROW_BANDS = 64
 """Up to this many bands, small M uses the one-band-per-CTA configs."""
-
-# wgmma kernel (gpu_wgmma.mojo, sm_90a): weights = register-A operand, tokens = wgmma N.
-comptime WG_CFG_64 = Int4WgmmaConfig(nt=64, fpw=2, nwg=2, stages=8, kg=4)
-"""64 tokens x 256 columns per CTA (2 consumer warpgroups x 2 bands), 64 accumulators/thread."""
-comptime WG_CFG_64W = Int4WgmmaConfig(nt=64, fpw=4, nwg=2, stages=7, kg=2)
-"""64 tokens x 512 columns per CTA (2 consumer warpgroups x 4 bands), 128 accumulators/thread."""
-comptime WG_CFG_128 = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4)
-"""128 tokens x 256 columns per CTA, 128 accumulators/thread (large M)."""
-comptime WG_CFG_64P = Int4WgmmaConfig(nt=64, fpw=2, nwg=2, stages=8, kg=4, pp=True)
-"""WG_CFG_64, software-pipelined (dequant of stage i+1 overlaps the wgmma of stage i).
-Correct (`_keep4` keeps the in-flight A registers), but not faster than WG_CFG_64: the two
-consumer warpgroups already overlap each other's dequant and MMAs. Not dispatched
-(WGMMA_PIPELINED); the GPU test and the benchmark's `pp` flag still build it."""
-comptime WG_CFG_128P = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4, pp=True)
-"""WG_CFG_128, software-pipelined; not dispatched (see WG_CFG_64P)."""
-comptime WG_CFG_64N = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
-"""33 <= M <= 64 (pinned through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
-warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232; ~99 KB
-smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
-WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
-spills and serializes the wgmma, C7512.)"""
-comptime WG_CFG_64K = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, wk=2, stages=16, kg=4)
-"""64 tokens x 128 columns, two warp-k consumer warpgroups (one overlaps its dequant with the
-other's wgmma), one CTA per SM, 16 stages (~196 KB). Not dispatched: at M = 64 WG_CFG_64W with
-a deeper split is faster on every benchmark layer; the GPU test and the benchmark's `wk` sweep
-build it as the 64-token twin of WG_CFG_128K."""
-comptime WG_CFG_128K = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, wk=2, stages=11, kg=4)
-"""65 <= M <= 128 on 70B.o (via `tuned_wgmma`): WG_CFG_64K with 128 tokens, 11
-stages (~223 KB: as many as the smem budget holds)."""
-comptime WGMMA_PIPELINED = False
-"""Dispatch the software-pipelined (pp) variants of the 64- and 128-token configs (off until the
-pp path passes tests/mojo/int4_gemm_gpu_test.mojo with its `pp` flag on the device)."""
-comptime WGMMA_MIN_M = 33
-"""From this many tokens on, `int4_gemm_gpu` uses the wgmma kernel."""
-comptime WG_VAR_64 = 0
-comptime WG_VAR_64W = 1
-comptime WG_VAR_128 = 2
-comptime WG_VAR_64N = 3
-"""WG_CFG_64N: chosen only through `tuned_wgmma`."""
-comptime WG_VAR_128K = 4
-"""WG_CFG_128K: chosen only through `tuned_wgmma`."""
 
 
 def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
@@ -144,39 +107,6 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     return (best_v, best_s)
 
 
-def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
-    """(wgmma variant, split_k) pinned per (M range, N, K) ahead of `wgmma_rule`, or (-1, 0).
-    Each pin is the fastest (config, split) of an H200 sweep of the benchmark layers
-    (docs/design/multistage_gemm_q.md). 33 <= M <= 64 (the wgmma part of `tuned_choice`'s
-    17..64 range):
-    - WG_CFG_64N (64 x 128, 2 CTAs per SM) on the small layers (8B.qkv split 4, 8B.o and
-      8B.down split 6): twice the CTAs, so every SM gets work; clusters of 6 still pack into
-      one wave at 2 CTAs per SM.
-    - WG_CFG_64W (64 x 512) on the large ones (8B.gate_up split 2, 70B.qkv split 4, 70B.o and
-      70B.down split 6); 70B.gate_up takes it through the rule.
-    65 <= M <= 128: WG_CFG_128K split 2 on 70B.o; the other layers take the rule."""
-    if m > 64 and m <= 128 and n == 8192 and kp == 8192:
-        return (WG_VAR_128K, 2)
-    if m >= WGMMA_MIN_M and m <= 64:
-        if kp == 4096:
-            if n == 6144:
-                return (WG_VAR_64N, 4)
-            if n == 4096:
-                return (WG_VAR_64N, 6)
-            if n == 28672:
-                return (WG_VAR_64W, 2)
-        elif kp == 14336 and n == 4096:
-            return (WG_VAR_64N, 6)
-        elif kp == 8192:
-            if n == 10240:
-                return (WG_VAR_64W, 4)
-            if n == 8192:
-                return (WG_VAR_64W, 6)
-        elif kp == 28672 and n == 8192:
-            return (WG_VAR_64W, 6)
-    return (-1, 0)
-
-
 def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
     """-1: the mma.sync kernels; else WG_VAR_64 / WG_VAR_64W / WG_VAR_128 / WG_VAR_64N (see
     `wgmma_plan`)."""
@@ -190,67 +120,7 @@ def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
         return WG_CFG_64N
     if v == WG_VAR_128K:
         return WG_CFG_128K
-    comptime if WGMMA_PIPELINED:
-        return WG_CFG_64P if v == WG_VAR_64 else WG_CFG_128P
-    else:
-        return WG_CFG_64 if v == WG_VAR_64 else WG_CFG_128
-
-
-comptime _C64 = WG_CFG_64P if WGMMA_PIPELINED else WG_CFG_64
-comptime _C128 = WG_CFG_128P if WGMMA_PIPELINED else WG_CFG_128
-
-
-def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
-    """(variant, split_k) measured best on the H200 for the Llama-3 layer shapes of
-    docs/design/multistage_gemm_q.md (MAX's own qint4 dispatch is keyed on (K, N) the same way);
-    (-1, 0) elsewhere: then the band-count rule and `choose_split_k` decide.
-    variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config, 2 = CFG_M16_K8 (9..16
-    only); 17..64: 0 = CFG_M64, 1 = CFG_M32 (two 32-token M-blocks; for 33..64 only
-    `int4_gemm_gpu_mma` reads these rows: the dispatch takes `tuned_wgmma` there).
-    9..16: CFG_M16_K8 (variant 2) on 8B.qkv, 8B.o, 8B.down and 70B.o, where more warps per
-    band keep more bytes in flight than the 4-part config."""
-    if m <= 8:
-        if kp == 4096:
-            if n == 6144:
-                return (0, 4)
-            if n == 4096:
-                return (1, 2)
-            if n == 28672:
-                return (0, 1)
-        elif kp == 14336 and n == 4096:
-            return (1, 2)
-        elif kp == 8192:
-            if n == 10240:
-                return (0, 4)
-            if n == 8192:
-                return (0, 2)
-            if n == 57344:
-                return (0, 2)
-        elif kp == 28672 and n == 8192:
-            return (1, 2)
-    elif m <= 16:
-        if kp == 4096:
-            if n == 6144:
-                return (2, 1)
-            if n == 4096:
-                return (2, 2)
-            if n == 28672:
-                return (0, 1)
-        elif kp == 14336 and n == 4096:
-            return (2, 2)
-        elif kp == 8192:
-            if n == 10240:
-                return (0, 1)
-            if n == 8192:
-                return (2, 1)
-            if n == 57344:
-                return (1, 1)
-        elif kp == 28672 and n == 8192:
-            return (0, 2)
-    elif m > 32 and m <= 64:
-        if (kp == 8192 and n == 8192) or (kp == 28672 and n == 8192):
-            return (1, 2)
-    return (-1, 0)
+    return WG_CFG_64 if v == WG_VAR_64 else WG_CFG_128
 
 
 def tile_config_for(m: Int, n: Int, kp: Int) -> Int4GemmConfig:
@@ -381,7 +251,7 @@ def int4_gemm_gpu[
     """output[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias) on the GPU (all pointers are device memory).
 
     dtype: bfloat16 or float16 (x, scales, zeros, bias, out). qweight: uint32 [Np/64, Kp*8],
-    packed layout of int4_layout.py. scales / zeros: [Kp/g, Np] (transposed 8 x 8 inside
+    packed layout of python/mojo_gemm/int4/layout.py. scales / zeros: [Kp/g, Np] (transposed 8 x 8 inside
     64 columns); zeros are read only when has_zeros (else z = 8), bias [N] only when has_bias.
     group_size: 32, 64, 128 (any multiple of 16 dividing or divided by 128), or -1 = per
     channel. N % 8 == 0, Kp % 128 == 0; np_ = 64 * qweight.dim0 (default: N rounded up to 64).
@@ -399,13 +269,13 @@ def int4_gemm_gpu[
     var v = plan[0]
     var split = split_k if split_k > 0 else plan[1]
     if v == WG_VAR_64:
-        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, _C64](
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_64W:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64W](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_128:
-        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, _C128](
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_128](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_64N:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64N](

@@ -14,7 +14,7 @@ from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
 
-from .layout import K_TILE, N_TILE, WORDS_PER_TILE, permuted_col, tile_k_local, tile_n_local
+from ..layout import K_TILE, N_TILE, WORDS_PER_TILE, permuted_col, tile_k_local, tile_n_local
 
 comptime F32 = DType.float32
 comptime THREADS = 256

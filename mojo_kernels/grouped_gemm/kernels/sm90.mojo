@@ -35,9 +35,10 @@ from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
-from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
-from .epilogue import apply_epilogue
-from .scheduler import (
+from ...common.target import SMEM_BUDGET_SM90
+from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ..epilogue import apply_epilogue
+from ..scheduler import (
     ElemPtr,
     F32Ptr,
     GroupedShape,
@@ -58,8 +59,6 @@ comptime BK = 64
 comptime WG_M = 64
 comptime NUM_CONSUMERS = 2
 comptime NUM_THREADS = 128 * (1 + NUM_CONSUMERS)
-comptime SMEM_LIMIT = 227 * 1024
-"""Dynamic shared memory one CTA may opt into on sm_90."""
 comptime MAX_STAGES = 12
 
 
@@ -69,7 +68,7 @@ def sm90_stage_bytes[dtype: DType, BN: Int]() -> Int:
 
 def sm90_stages[dtype: DType, BN: Int]() -> Int:
     """Pipeline depth: as many stages as fit next to their 2 mbarriers each."""
-    return min(MAX_STAGES, SMEM_LIMIT // (sm90_stage_bytes[dtype, BN]() + 16))
+    return min(MAX_STAGES, SMEM_BUDGET_SM90 // (sm90_stage_bytes[dtype, BN]() + 16))
 
 
 def sm90_smem_bytes[dtype: DType, BN: Int]() -> Int:
@@ -256,7 +255,7 @@ def grouped_matmul_sm90[
 ) raises:
     """Enqueues the persistent SM90 kernel with token tile BN (device pointers).
 
-    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the launcher routes other K elsewhere.
+    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert BN % 8 == 0 and BN <= 256, "BN must be a multiple of 8 up to 256"
     comptime STAGES = sm90_stages[dtype, BN]()

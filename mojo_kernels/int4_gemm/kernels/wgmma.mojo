@@ -2,7 +2,7 @@
 
     C[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias[N]),  W[n, k] = (q[n, k] - z) · s[k // g, n]
 
-Same operands, layout and math as `gpu_mma.mojo` (see there and int4_layout.py); fp32
+Same operands, layout and math as `mma.mojo` (see there and python/mojo_gemm/int4/layout.py); fp32
 accumulation, one rounding to `dtype` at the end, masked stores (m < M, n < N): straight from
 the fragments, or (split K, warp-k) staged through an fp32 tile in shared memory.
 
@@ -56,12 +56,12 @@ from std.sys import inlined_assembly, _RegisterPackType
 from std.memory import bitcast
 from std.math import ceildiv
 
-from .config import (
+from ..config import (
     Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
     wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
     cluster_wave_cap,
 )
-from .gpu_mma import magic_value, nibble_pair
+from .mma import magic_value, nibble_pair
 
 comptime F32 = DType.float32
 comptime SW128 = TensorMapSwizzle.SWIZZLE_128B
@@ -607,7 +607,7 @@ def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS:
 
 # ---- host side -------------------------------------------------------------------------------
 def choose_wgmma_split_k(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
-    """CTAs per cluster along K for a fixed `cfg` (the dispatch uses gpu_dispatch.wgmma_plan,
+    """CTAs per cluster along K for a fixed `cfg` (the dispatch uses dispatch.wgmma_plan,
     which also picks the tile): the split of 1, 2, 3, 4, 6 with the most CTAs that still run as
     one wave (`cluster_wave_cap`, cfg.ctas CTAs per SM) and >= 8 stages (512 of K) per CTA."""
     var ctas = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)

@@ -4,7 +4,7 @@ from extensibility import InputTensor, OutputTensor
 from max.gpu.host import DeviceContext
 
 from .cpu import group_rows_cpu, route_tokens_cpu
-from .gpu import VEC, route_gpu
+from .kernels.topk_group import VEC, route_gpu
 from .route import MAX_EXPERTS, OP_NAME
 
 

@@ -3,7 +3,7 @@
     C[M, N] = x[M, Kp] · W[N, Kp]ᵀ (+ bias[N]),  W[n, k] = (q[n, k] - z) · s[k // g, n]
 
 x, scales, zeros, bias, C: `dtype` (bfloat16 or float16), row-major; qweight: uint32
-[Np / 64, Kp * 8] in the packed layout of python/mojo_gemm/quant/int4_layout.py; scales /
+[Np / 64, Kp * 8] in the packed layout of python/mojo_gemm/int4/layout.py; scales /
 zeros: [Kp / g, Np] with the 8 x 8 transpose inside every 64 columns; z = 8 without zeros.
 fp32 accumulation, one rounding to `dtype` at the end. Only rows m < M and columns n < N are
 written; N % 8 == 0 is not needed by the kernel itself.
@@ -46,8 +46,8 @@ from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from std.memory import bitcast
 from std.math import ceildiv
 
-from ..common.pdl import launch_dependent_grids, wait_on_dependent_grids
-from .config import Int4GemmConfig, scale_rows_per_stage
+from ...common.pdl import launch_dependent_grids, wait_on_dependent_grids
+from ..config import Int4GemmConfig, scale_rows_per_stage
 
 comptime F32 = DType.float32
 comptime WORDS_PER_TILE = 128
@@ -418,7 +418,7 @@ def _reduce_and_store[
 
     Call after the main loop has drained and a barrier: `red_s` reuses the pipeline's smem.
     clusters = False (targets without thread-block clusters) leaves out the cluster step: the
-    launcher then runs split_k = 1.
+    dispatch then runs split_k = 1.
     acc[w * MT + tm] is the m16n8 fragment of columns n0 + 16w + l/4 (+8) and tokens
     tok0 + 8tm + 2(l%4) (+1). Layout of the buffers: [partition][warp][quad][lane][4] f32.
     Every thread of the CTA must call this (it contains barriers and cluster barriers).

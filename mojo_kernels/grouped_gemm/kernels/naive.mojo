@@ -10,8 +10,8 @@ from std.math import ceildiv
 from max.gpu import block_idx, grid_dim, thread_idx
 from max.gpu.host import DeviceContext
 
-from .epilogue import apply_epilogue
-from .scheduler import (
+from ..epilogue import apply_epilogue
+from ..scheduler import (
     ElemPtr,
     F32Ptr,
     GroupedShape,

@@ -10,8 +10,8 @@ from max.gpu import WARP_SIZE, block_idx, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import max as warp_max
 
-from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
-from .rows import F32, FP8, abs_bits, quantize, scale_from_amax
+from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ..rows import F32, FP8, abs_bits, quantize, scale_from_amax
 
 comptime THREADS = 256
 comptime WARPS = THREADS // WARP_SIZE

@@ -4,7 +4,7 @@ from extensibility import InputTensor, OutputTensor
 from max.gpu.host import DeviceContext
 
 from .cpu import quantize_rows_cpu
-from .gpu import quantize_rows_gpu
+from .kernels.quantize import quantize_rows_gpu
 from .rows import OP_NAME
 
 

@@ -32,8 +32,8 @@ from max.gpu.primitives.warp import match_any, shuffle_up, shuffle_xor
 from max.gpu.primitives.warp import max as warp_max
 from max.gpu.sync import syncwarp
 
-from ..common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
-from .route import key_expert, key_logit, logit_key
+from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ..route import key_expert, key_logit, logit_key
 
 comptime F32 = DType.float32
 comptime ROUTER_THREADS = 512

@@ -1,4 +1,5 @@
-"""Entry point of `multistage_gemm_q`: checks shapes, then picks the kernel for the target."""
+"""Entry of `multistage_gemm_q`: checks shapes, then takes the CPU path (cpu.mojo) or the GPU
+path of the target (dispatch.mojo, kernels/portable.mojo)."""
 
 from max.gpu.host import DeviceContext
 from std.utils.index import IndexList
@@ -16,8 +17,8 @@ from ..common.target import (
     smem_budget,
 )
 from .cpu import int4_gemm_cpu
-from .gpu_dispatch import int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config
-from .gpu_portable import int4_gemm_gpu_portable, int4_portable_plan_text
+from .dispatch import int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config
+from .kernels.portable import int4_gemm_gpu_portable, int4_portable_plan_text
 from .layout import Int4GemmShape
 
 comptime U32Ptr = Pointer[UInt32, MutAnyOrigin]
@@ -48,11 +49,11 @@ def launch_int4_gemm[
     (see Int4GemmShape.validate for the rules). dtype: bfloat16 or float16.
     target: "cpu" -> cpu.mojo; "gpu" -> by the GPU's path (common/target.mojo, under the
     FORCE_* value `force`):
-    - Hopper (sm_90a): gpu_dispatch.int4_gemm_gpu (wgmma from 33 tokens, else mma.sync);
+    - Hopper (sm_90a): dispatch.int4_gemm_gpu (wgmma from 33 tokens, else mma.sync);
     - Blackwell (sm_100a): the mma.sync kernels (int4_gemm_gpu_mma) with clusters;
     - Ampere (sm_80 / 86 / 87 / 89 / 120): the mma.sync kernels without clusters (split_k 1),
       configs resolved against the target's shared memory;
-    - portable (AMD gfx9xx): gpu_portable.mojo;
+    - portable (AMD gfx9xx): kernels/portable.mojo;
     anything else fails to compile, naming the target. `int4_gpu_plan_text` describes the
     same choice on the host.
     """

@@ -52,8 +52,9 @@ from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import tile_layout_k_major, tile_layout_k_major_typed, tile_to_descriptor
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
-from .epilogue import apply_epilogue
-from .scheduler import (
+from ...common.target import SMEM_BUDGET_SM90
+from ..epilogue import apply_epilogue
+from ..scheduler import (
     ElemPtr,
     F32Ptr,
     GroupedShape,
@@ -76,7 +77,6 @@ comptime EPI_THREADS = 128
 comptime PRODUCER_WARP = 4
 comptime MMA_WARP = 5
 comptime ACC_STAGES = 2
-comptime SMEM_LIMIT = 227 * 1024
 comptime MAX_STAGES = 16
 comptime LD_CHUNK = 32
 """Token columns read from TMEM per tcgen05.ld (32x32b.x32: 32 registers)."""
@@ -90,7 +90,7 @@ def sm100_stages[dtype: DType, BN: Int, cta_group: Int]() -> Int:
     """Pipeline depth from shared memory: ring stages (2 mbarriers each) next to the fixed
     part (accumulator barriers and the TMEM address)."""
     comptime fixed = 2 * ACC_STAGES * 8 + 16
-    return min(MAX_STAGES, (SMEM_LIMIT - fixed) // (sm100_stage_bytes[dtype, BN, cta_group]() + 16))
+    return min(MAX_STAGES, (SMEM_BUDGET_SM90 - fixed) // (sm100_stage_bytes[dtype, BN, cta_group]() + 16))
 
 
 def sm100_smem_bytes[dtype: DType, BN: Int, cta_group: Int]() -> Int:
@@ -349,7 +349,7 @@ def grouped_matmul_sm100[
 ) raises:
     """Enqueues the persistent SM100 kernel: token tile BN, cta_group 1 or 2 (device pointers).
 
-    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the launcher routes other K elsewhere.
+    Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert cta_group == 1 or cta_group == 2, "cta_group must be 1 or 2"
     comptime assert BN % (16 * cta_group) == 0 and BN <= 256 and BN % LD_CHUNK == 0, (

@@ -1,28 +1,27 @@
-"""Entry point of `grouped_matmul_sm100_persistent`: checks shapes, then picks the kernel.
+"""Entry of `grouped_matmul_sm100_persistent`: checks shapes, then the CPU path or the GPU
+dispatch (dispatch.mojo).
 
 Dispatch (compile time, from the target; nothing is read back from the device):
 - target "cpu"                   -> cpu.mojo
-- target "gpu", arch sm_100a     -> sm100.mojo (tcgen05 / TMEM persistent kernel; cta_group 2
+- target "gpu", arch sm_100a     -> kernels/sm100.mojo (tcgen05 / TMEM persistent kernel; cta_group 2
                                     when N % 256 == 0 and the plane splits are multiples of 256,
                                     else cta_group 1)
-- target "gpu", arch sm_90a      -> sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
+- target "gpu", arch sm_90a      -> kernels/sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
 - token tile: BN = 32 (decode) when T <= 64 G, else 256 (prefill): a host choice from shapes
-- either GPU arch, K * sizeof(dtype) % 16 != 0 (TMA cannot describe a or b) -> gpu_naive.mojo
+                                    (dispatch.use_decode_tiles, tiles in tuning_sm90.mojo)
+- either GPU arch, K * sizeof(dtype) % 16 != 0 (TMA cannot describe a or b) -> kernels/naive.mojo
 - the Ampere path (sm_80 / 86 / 87 / 89 / 120) and the portable path (AMD gfx9xx), and either
-  path forced (common/target.mojo) -> gpu_naive.mojo (no TMA, no inline PTX)
+  path forced (common/target.mojo) -> kernels/naive.mojo (no TMA, no inline PTX)
 - any other target or GPU arch   -> compile-time error naming the arch.
 """
 
-from std.sys import size_of
 from std.utils.index import IndexList
 from extensibility import InputTensor
 from max.gpu.host import DeviceContext
 
-from ..common.target import PATH_BLACKWELL, PATH_HOPPER, PATH_UNSUPPORTED, SUPPORTED_TARGETS, gpu_arch, gpu_path
+from ..common.target import PATH_UNSUPPORTED, SUPPORTED_TARGETS, gpu_arch, gpu_path
 from .cpu import grouped_matmul_cpu
-from .gpu_naive import grouped_matmul_gpu_naive
-from .sm90 import grouped_matmul_sm90
-from .sm100 import grouped_matmul_sm100
+from .dispatch import grouped_matmul_gpu
 from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, OP_NAME, U32Ptr
 
 
@@ -37,40 +36,6 @@ def dense_shape[rank: Int](
             raise Error(OP_NAME, ": tensor '", name, "' is not dense row-major")
         expected *= shape[i]
     return shape
-
-
-comptime DECODE_BN = 32
-"""Token tile of the fast GPU kernels when groups are small (decode)."""
-comptime PREFILL_BN = 256
-"""Token tile when groups are large (prefill): measured on the H200 (SM90, bf16, 8 groups x
-1024 tokens, N = 4096, K = 7168): BN = 64 372, 128 521, 256 754 TFLOP/s."""
-
-
-def use_decode_tiles(shape: GroupedShape) -> Bool:
-    """Host-side choice of the token tile from shapes only (no device read): the average group
-    size T / G decides; the kernels stay correct for any mix of group sizes."""
-    return shape.T <= 64 * max(shape.G, 1)
-
-
-def _launch_sm100[
-    dtype: DType, cta_group: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
-](
-    c: ElemPtr[dtype],
-    a: ElemPtr[dtype],
-    b: ElemPtr[dtype],
-    a_offsets: U32Ptr,
-    expert_ids: I32Ptr,
-    stats: U32Ptr,
-    row_scale: F32Ptr,
-    shape: GroupedShape,
-    ctx: DeviceContext,
-) raises:
-    if use_decode_tiles(shape):
-        grouped_matmul_sm100[dtype, DECODE_BN, cta_group, s0, s1, swiglu, has_row_scale](
-            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-    else:
-        grouped_matmul_sm100[dtype, PREFILL_BN, cta_group, s0, s1, swiglu, has_row_scale](
-            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
 
 
 def launch_grouped_matmul[
@@ -107,33 +72,8 @@ def launch_grouped_matmul[
         comptime path = gpu_path[force]()
         comptime assert path != PATH_UNSUPPORTED, String(
             OP_NAME, ": unsupported GPU target '", arch, "' (supported: ", SUPPORTED_TARGETS, ")")
-        comptime if path != PATH_HOPPER and path != PATH_BLACKWELL:
-            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-            return
-        if (shape.K * size_of[dtype]()) % 16 != 0:
-            # TMA needs 16-byte row strides
-            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-            return
-        comptime if path == PATH_HOPPER:
-            if use_decode_tiles(shape):
-                grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
-                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-            else:
-                grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
-                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-        else:
-            # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the
-            # pair) when N fills 256-row tiles and every pair tile reads a single Q/K/V plane
-            comptime pair_ok = s0 == 0 or (s0 % 256 == 0 and s1 % 256 == 0)
-            comptime if pair_ok:
-                if shape.N % 256 == 0:
-                    _launch_sm100[dtype, 2, s0, s1, swiglu, has_row_scale](
-                        c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-                    return
-            _launch_sm100[dtype, 1, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        grouped_matmul_gpu[dtype, s0, s1, swiglu, has_row_scale, path](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
     else:
         comptime assert False, String(OP_NAME, ": unsupported target '", target, "' (expected 'cpu' or 'gpu')")
 
@@ -152,7 +92,7 @@ def grouped_execute[
     row_scale: InputTensor[dtype=DType.float32, rank=1, ...],
     ctx: DeviceContext,
 ) raises:
-    """Validates the op's tensors (shapes, dense layout) and runs the launcher; `c` is the
+    """Validates the op's tensors (shapes, dense layout) and runs `launch_grouped_matmul`; `c` is the
     output's pointer and shape (a new tensor or the in-place buffer); force: FORCE_*."""
     var shape = GroupedShape.validate[s0, s1, swiglu, has_row_scale](
         c_shape,

@@ -1,0 +1,84 @@
+"""GPU dispatch of `grouped_matmul_sm100_persistent`: the kernel and token tile for the GPU path
+(the rules in entry.mojo's docstring), and the launches that apply them. Kernels in kernels/,
+the measured token tiles in tuning_sm90.mojo."""
+
+from std.sys import size_of
+from max.gpu.host import DeviceContext
+
+from ..common.target import PATH_BLACKWELL, PATH_HOPPER
+from .kernels.naive import grouped_matmul_gpu_naive
+from .kernels.sm90 import grouped_matmul_sm90
+from .kernels.sm100 import grouped_matmul_sm100
+from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, U32Ptr
+from .tuning_sm90 import DECODE_BN, PREFILL_BN
+
+
+def use_decode_tiles(shape: GroupedShape) -> Bool:
+    """Host-side choice of the token tile from shapes only (no device read): the average group
+    size T / G decides; the kernels stay correct for any mix of group sizes."""
+    return shape.T <= 64 * max(shape.G, 1)
+
+
+def _launch_sm100[
+    dtype: DType, cta_group: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
+](
+    c: ElemPtr[dtype],
+    a: ElemPtr[dtype],
+    b: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    shape: GroupedShape,
+    ctx: DeviceContext,
+) raises:
+    if use_decode_tiles(shape):
+        grouped_matmul_sm100[dtype, DECODE_BN, cta_group, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+    else:
+        grouped_matmul_sm100[dtype, PREFILL_BN, cta_group, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+
+
+def grouped_matmul_gpu[
+    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, path: Int
+](
+    c: ElemPtr[dtype],
+    a: ElemPtr[dtype],
+    b: ElemPtr[dtype],
+    a_offsets: U32Ptr,
+    expert_ids: I32Ptr,
+    stats: U32Ptr,
+    row_scale: F32Ptr,
+    shape: GroupedShape,
+    ctx: DeviceContext,
+) raises:
+    """Launches the kernel of GPU path `path` (a supported PATH_*) for this call's shape: the
+    TMA kernels on Hopper / Blackwell when K * sizeof(dtype) % 16 == 0, else the naive one."""
+    comptime if path != PATH_HOPPER and path != PATH_BLACKWELL:
+        grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        return
+    if (shape.K * size_of[dtype]()) % 16 != 0:
+        # TMA needs 16-byte row strides
+        grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        return
+    comptime if path == PATH_HOPPER:
+        if use_decode_tiles(shape):
+            grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        else:
+            grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+    else:
+        # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the
+        # pair) when N fills 256-row tiles and every pair tile reads a single Q/K/V plane
+        comptime pair_ok = s0 == 0 or (s0 % 256 == 0 and s1 % 256 == 0)
+        comptime if pair_ok:
+            if shape.N % 256 == 0:
+                _launch_sm100[dtype, 2, s0, s1, swiglu, has_row_scale](
+                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+                return
+        _launch_sm100[dtype, 1, s0, s1, swiglu, has_row_scale](
+            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
