@@ -17,7 +17,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every `gpu` test as skipped when no accelerator is present."""
+    """Moves every `background` test to the end (stable order otherwise), so the main lane
+    waits for child processes only once its in-process tests are done; marks every `gpu` test
+    as skipped when no accelerator is present."""
+    items.sort(key=lambda item: item.get_closest_marker("background") is not None)
     if accelerator_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")

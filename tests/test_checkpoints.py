@@ -18,7 +18,7 @@ import pytest
 from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
-from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue
+from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue, Value
 from max.nn import LayerList, Module
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from safetensors.numpy import save_file
@@ -219,28 +219,15 @@ def test_detect_format(files: Files) -> None:
     assert detect_format(ckpt, "model.layers.1.self_attn.k_proj") == "dense"
 
 
-def test_int4_linears_cpu(files: Files) -> None:
+def test_int4_linears_cpu(files: Files, cpu_runs: CpuRuns) -> None:
     """Every GPTQ / AWQ case loaded into Int4Linear and run, M in {1, 5, 33}."""
     ckpt = Checkpoint(files.paths)
-    model = Int4Layers()
-    state = {}
-    for i, (case, layer) in enumerate(zip(INT4_CASES, model.layers, strict=True)):
-        weight = read_int4(ckpt, case.prefix, case.config)
-        kwargs = int4_linear_kwargs(weight, has_bias=case.bias)
+    for case in INT4_CASES:
+        kwargs = int4_linear_kwargs(read_int4(ckpt, case.prefix, case.config), has_bias=case.bias)
         assert kwargs == {"in_features": case.k, "out_features": case.n,
                           "group_size": case.group_size, "symmetric": case.sym,
                           "act_order": case.act_order, "has_bias": case.bias}, case.prefix
-        state.update(int4_linear_state(ckpt, case.prefix, layer, quant_config=case.config,
-                                       state_prefix=f"layers.{i}."))
-    model.load_state_dict(state)
-    types = [TensorType(c.dtype, [f"m{i}", c.k], DeviceRef.CPU())
-             for i, c in enumerate(INT4_CASES)]
-    compiled = model.compile(*types, session=InferenceSession(devices=[CPU()]))
-    rng = np.random.default_rng(11)
-    for m in (1, 5, 33):
-        xs = [rng.standard_normal((m, c.k)).astype(numpy_dtype(c.dtype)) for c in INT4_CASES]
-        outs = compiled.execute(*[to_buffer(x, c.dtype) for x, c in zip(xs, INT4_CASES,
-                                                                        strict=True)])
+    for m, xs, outs in cpu_runs.int4:
         for case, x, out, (w_ref, bias) in zip(INT4_CASES, xs, outs, files.int4_refs,
                                                strict=True):
             ref = x.astype(np.float64) @ w_ref.T
@@ -315,43 +302,13 @@ def test_kv_projection_state_gpu_dtype(files: Files) -> None:
 PAGE, PAGES = 16, 9
 
 
-def test_kv_projection_layer_cpu(files: Files) -> None:
+def test_kv_projection_layer_cpu(files: Files, cpu_runs: CpuRuns) -> None:
     """The FP8 checkpoint loaded into PagedKVProjection; K and V land in the paged cache as
     x_q · Wᵀ with W = weight · weight_scale_inv (x_q: the layer's per-token e4m3 rounding of
     x, `quantize_fp8_input`, which its in-graph quantizer matches); nothing else changes."""
-    ckpt = Checkpoint(files.paths)
-    layer = kv_layer(3, 320)
-    layer.load_state_dict(kv_projection_state(ckpt, "model.layers.0.self_attn.k_proj",
-                                              "model.layers.0.self_attn.v_proj", layer))
-    cpu = DeviceRef.CPU()
-    shape = layer.kv_params.shape_per_block
-    types = [TensorType(DType.uint32, ["b1"], cpu), TensorType(DType.bfloat16, ["t", 320], cpu),
-             BufferType(DType.bfloat16, ["pages", *shape], cpu),
-             TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["b"], cpu),
-             TensorType(DType.uint32, ["b", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
-             TensorType(DType.uint32, [1], cpu)]
-    with Graph("kv_from_checkpoint", input_types=types) as g:
-        offsets, x, blocks, stride, lens, lut, mp, mc = g.inputs
-        layer(x.tensor, offsets.tensor, PagedCacheValues(
-            kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
-            max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor))
-        g.output()
-    model = InferenceSession(devices=[CPU()]).load(g, weights_registry=layer.state_dict())
-    rng = np.random.default_rng(9)
-    lengths, cached = [5, 21], [3, 10]
+    x, lut, arena, cache = cpu_runs.kv
+    lengths, cached = KV_LENGTHS, KV_CACHED
     tokens = sum(lengths)
-    x = (rng.standard_normal((tokens, 320)) * 2).astype(BF16)
-    lut = rng.permutation(PAGES).reshape(3, 3)[:2].astype(np.uint32)
-    arena = rng.integers(0, 0x3F00, size=(PAGES, *shape), dtype=np.uint16)  # finite bf16 bits
-    cache = Buffer.from_numpy(arena.copy()).view(DType.bfloat16)
-    model.execute(
-        Buffer.from_numpy(np.array([0, lengths[0], tokens], np.uint32)),
-        to_buffer(x, DType.bfloat16),
-        cache, Buffer.from_numpy(np.array([-1], np.int64)),
-        Buffer.from_numpy(np.array(cached, np.uint32)), Buffer.from_numpy(lut),
-        Buffer.from_numpy(np.array([max(lengths)], np.uint32)),
-        Buffer.from_numpy(np.array([max(c + n for c, n in zip(cached, lengths, strict=True))],
-                                   np.uint32)))
     got = to_numpy(cache)
     before = (arena.astype(np.uint32) << 16).view(np.float32)
     a_q, a_s = quantize_fp8_input(x.astype(np.float64), 1, 128)
@@ -387,29 +344,113 @@ class Experts(Module):
         return self.gate_up(x, offsets, ids, stats), self.down(h, offsets, ids, stats)
 
 
-def test_grouped_linear_experts_cpu(files: Files) -> None:
-    """Mixed-format experts → gate/up (SwiGLU) and down banks, run through grouped_matmul."""
+KV_LENGTHS, KV_CACHED = [5, 21], [3, 10]
+"""Tokens per sequence of the K/V projection run, and its cache lengths."""
+
+
+class CpuLayers(Module):
+    """The int4 linears, the K/V projection and the expert banks: one CPU graph for the three
+    checkpoint-loading runs, since a CPU graph compile has a large fixed cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.int4 = Int4Layers()
+        self.kv = kv_layer(3, 320)
+        self.experts = Experts()
+
+    def __call__(self, *ins: Value) -> tuple[TensorValue, ...]:
+        """Inputs: one x per INT4_CASES entry, the K/V layer's 8 (offsets, x, its cache
+        collection), the expert banks' 5; outputs: the int4 outputs, gate_up, down."""
+        xs_in, kv_in, ex_in = ins[:len(INT4_CASES)], ins[len(INT4_CASES):-5], ins[-5:]
+        int4_outs = self.int4(*(v.tensor for v in xs_in))
+        offsets, x, blocks, stride, lens, lut, mp, mc = kv_in
+        self.kv(x.tensor, offsets.tensor, PagedCacheValues(
+            kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+            max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor))
+        return (*int4_outs, *self.experts(*(v.tensor for v in ex_in)))
+
+
+@dataclass(frozen=True, eq=False)
+class CpuRuns:
+    """Results of the shared graph. int4: per M, (M, inputs, outputs); kv: (x, lut, the
+    poisoned arena before, the cache after); experts: (grouping, x, h, (gate_up, down))."""
+
+    int4: list[tuple[int, list[np.ndarray], list[Buffer]]]
+    kv: tuple[np.ndarray, np.ndarray, np.ndarray, Buffer]
+    experts: tuple[object, np.ndarray, np.ndarray, tuple[Buffer, Buffer]]
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(files: Files) -> CpuRuns:
+    """Loads every checkpoint layer into CpuLayers, compiles it once and runs it for M in
+    {1, 5, 33} (the K/V and expert inputs are the same in each run; the last run's kept)."""
     ckpt = Checkpoint(files.paths)
-    model = Experts()
-    state = grouped_linear_state(ckpt, MOE, model.gate_up, state_prefix="gate_up.")
-    state |= grouped_linear_state(ckpt, MOE, model.down, state_prefix="down.")
+    model = CpuLayers()
+    state = {}
+    for i, (case, layer) in enumerate(zip(INT4_CASES, model.int4.layers, strict=True)):
+        state.update(int4_linear_state(ckpt, case.prefix, layer, quant_config=case.config,
+                                       state_prefix=f"int4.layers.{i}."))
+    kv_state = kv_projection_state(ckpt, "model.layers.0.self_attn.k_proj",
+                                   "model.layers.0.self_attn.v_proj", model.kv)
+    state |= {f"kv.{k}": v for k, v in kv_state.items()}
+    state |= grouped_linear_state(ckpt, MOE, model.experts.gate_up,
+                                  state_prefix="experts.gate_up.")
+    state |= grouped_linear_state(ckpt, MOE, model.experts.down, state_prefix="experts.down.")
     model.load_state_dict(state)
     cpu = DeviceRef.CPU()
-    compiled = model.compile(
-        TensorType(DType.bfloat16, ["t", HIDDEN], cpu), TensorType(DType.bfloat16, ["t", INTER],
-                                                                   cpu),
-        TensorType(DType.uint32, [E + 1], cpu), TensorType(DType.int32, [E], cpu),
-        TensorType(DType.uint32, [2], cpu), session=InferenceSession(devices=[CPU()]))
+    shape = model.kv.kv_params.shape_per_block
+    types = [TensorType(c.dtype, [f"m{i}", c.k], cpu) for i, c in enumerate(INT4_CASES)]
+    types += [TensorType(DType.uint32, ["b1"], cpu), TensorType(DType.bfloat16, ["t", 320], cpu),
+              BufferType(DType.bfloat16, ["pages", *shape], cpu),
+              TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["b"], cpu),
+              TensorType(DType.uint32, ["b", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
+              TensorType(DType.uint32, [1], cpu)]
+    types += [TensorType(DType.bfloat16, ["te", HIDDEN], cpu),
+              TensorType(DType.bfloat16, ["te", INTER], cpu),
+              TensorType(DType.uint32, [E + 1], cpu), TensorType(DType.int32, [E], cpu),
+              TensorType(DType.uint32, [2], cpu)]
+    with Graph("checkpoint_layers", input_types=types) as g:
+        g.output(*model(*g.inputs))
+    compiled = InferenceSession(devices=[CPU()]).load(g, weights_registry=model.state_dict())
+
+    rng = np.random.default_rng(9)
+    lengths, cached = KV_LENGTHS, KV_CACHED
+    tokens = sum(lengths)
+    kv_x = (rng.standard_normal((tokens, 320)) * 2).astype(BF16)
+    kv_lut = rng.permutation(PAGES).reshape(3, 3)[:2].astype(np.uint32)
+    arena = rng.integers(0, 0x3F00, size=(PAGES, *shape), dtype=np.uint16)  # finite bf16 bits
     rng = np.random.default_rng(5)
-    tokens = 37
-    grouping = group_tokens_by_expert(rng.integers(0, E, size=tokens), E)
-    x = rng.standard_normal((tokens, HIDDEN)).astype(BF16)
-    h = rng.standard_normal((tokens, INTER)).astype(BF16)
-    outs = compiled.execute(
-        to_buffer(x, DType.bfloat16), to_buffer(h, DType.bfloat16),
-        *[to_buffer(a, d) for a, d in ((grouping.a_offsets, DType.uint32),
-                                       (grouping.expert_ids, DType.int32),
-                                       (grouping.expert_usage_stats, DType.uint32))])
+    e_tokens = 37
+    grouping = group_tokens_by_expert(rng.integers(0, E, size=e_tokens), E)
+    e_x = rng.standard_normal((e_tokens, HIDDEN)).astype(BF16)
+    e_h = rng.standard_normal((e_tokens, INTER)).astype(BF16)
+
+    rng = np.random.default_rng(11)
+    int4_runs = []
+    for m in (1, 5, 33):
+        xs = [rng.standard_normal((m, c.k)).astype(numpy_dtype(c.dtype)) for c in INT4_CASES]
+        cache = Buffer.from_numpy(arena.copy()).view(DType.bfloat16)
+        outs = compiled.execute(
+            *[to_buffer(x, c.dtype) for x, c in zip(xs, INT4_CASES, strict=True)],
+            Buffer.from_numpy(np.array([0, lengths[0], tokens], np.uint32)),
+            to_buffer(kv_x, DType.bfloat16),
+            cache, Buffer.from_numpy(np.array([-1], np.int64)),
+            Buffer.from_numpy(np.array(cached, np.uint32)), Buffer.from_numpy(kv_lut),
+            Buffer.from_numpy(np.array([max(lengths)], np.uint32)),
+            Buffer.from_numpy(np.array([max(c + n for c, n in zip(cached, lengths, strict=True))],
+                                       np.uint32)),
+            to_buffer(e_x, DType.bfloat16), to_buffer(e_h, DType.bfloat16),
+            *[to_buffer(a, d) for a, d in ((grouping.a_offsets, DType.uint32),
+                                           (grouping.expert_ids, DType.int32),
+                                           (grouping.expert_usage_stats, DType.uint32))])
+        int4_runs.append((m, xs, list(outs[:len(INT4_CASES)])))
+    return CpuRuns(int4_runs, (kv_x, kv_lut, arena, cache), (grouping, e_x, e_h, tuple(outs[-2:])))
+
+
+def test_grouped_linear_experts_cpu(files: Files, cpu_runs: CpuRuns) -> None:
+    """Mixed-format experts → gate/up (SwiGLU) and down banks, run through grouped_matmul."""
+    grouping, x, h, outs = cpu_runs.experts
+    tokens = x.shape[0]
     got_gu, got_down = (to_numpy(o).astype(np.float64) for o in outs)
     expert_of_row = np.empty(tokens, np.int64)
     for g, e in enumerate(grouping.expert_ids):

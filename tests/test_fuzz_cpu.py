@@ -29,11 +29,11 @@ from test_k_cache import run as run_k_cache
 
 from checkpoint_fixtures import make_gptq
 from mojo_gemm import Int4Weight
-from mojo_gemm._extension import ensure_kernels_loaded
-from mojo_gemm._host import numpy_dtype, to_buffer, to_numpy
-from mojo_gemm.contracts.int4 import int4_padded
-from mojo_gemm.grouped_layer import GroupedLinear
-from mojo_gemm.moe_routing import interleave_gate_up
+from mojo_gemm.core.extension import ensure_kernels_loaded
+from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
+from mojo_gemm.grouped.layer import GroupedLinear
+from mojo_gemm.grouped.routing import interleave_gate_up
+from mojo_gemm.int4.contract import int4_padded
 
 FUZZ_CASES = 200
 E = 4
