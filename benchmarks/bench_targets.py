@@ -22,8 +22,9 @@ mma.sync; AMD: the portable kernels) run than the Hopper path on the same H200.
   execute. x_vs_hopper = kernel_us / Hopper's kernel_us (> 1: slower than Hopper).
 - rel_err: rel. Frobenius error of the path's output against the Hopper path's output on the
   same inputs (int4, grouped: the output tensor; K-cache: the whole cache, zeroed before each
-  execute). Tolerance 1e-2 (bf16), 2e-2 (the fp8 K-cache op); a row over it is flagged
-  "BROKEN" in the `ok` column and the run exits 1 after recording. The Hopper path itself is
+  execute). Tolerance 1e-2 (bf16), 2e-2 (the fp8 K-cache op); `ok` is "ref" on Hopper's rows,
+  "ok" within it, "BROKEN" over it, "FAILED: ..." where the execute raised; any BROKEN or
+  FAILED row makes the run exit 1 after recording. The Hopper path itself is
   checked against float64 by the test suite.
 
 Env: BENCH_BUDGET_S (wall budget, default 150 s): a path starts only while COMPILE_NEED_S of it
@@ -171,29 +172,36 @@ class Call:
 
 def make_calls(dev: Any, device: Any) -> list[Call]:
     """Random inputs of every (op, size), on `dev`; the same buffers serve every path."""
+    from max.driver import Buffer
     from max.dtype import DType
 
     from mojo_gemm.core.host import to_buffer
     from mojo_gemm.int4.layout import permute_group_params
 
+    staged: list[Any] = []  # host sources of the (possibly asynchronous) copies, kept to the sync
+
+    def put(array: np.ndarray, dtype: DType | None = None) -> Any:
+        host = Buffer.from_numpy(np.ascontiguousarray(array)) if dtype is None else to_buffer(
+            array, dtype)
+        staged.append(host)
+        return host.to(dev)
+
     rng = np.random.default_rng(0)
     calls = []
     n = k = INT4_NK
+    bf16 = DType.bfloat16
     # random packed words are valid weights (any nibble is a code)
-    q = kp.to_device(rng.integers(0, 1 << 32, (n // 64, k * 8), dtype=np.uint32), dev)
-    scales = permute_group_params(rng.uniform(0.002, 0.02, (k // INT4_GROUP, n)))
-    s = to_buffer(scales.astype(np.float32), DType.bfloat16).to(dev)
+    q = put(rng.integers(0, 1 << 32, (n // 64, k * 8), dtype=np.uint32))
+    s = put(permute_group_params(rng.uniform(0.002, 0.02, (k // INT4_GROUP, n))), bf16)
     for m in INT4_M:
-        x = to_buffer(rng.standard_normal((m, k), dtype=np.float32), DType.bfloat16).to(dev)
-        calls.append(Call("int4", f"M={m}", [x, q, s]))
+        calls.append(Call("int4", f"M={m}", [put(rng.standard_normal((m, k)), bf16), q, s]))
     e, nk = GROUPED_E, GROUPED_NK
-    b = to_buffer(rng.standard_normal((e, nk, nk), dtype=np.float32) / np.sqrt(nk),
-                  DType.bfloat16).to(dev)
-    ids = kp.to_device(np.arange(e, dtype=np.int32), dev)
+    b = put(rng.standard_normal((e, nk, nk), dtype=np.float32) / np.sqrt(nk), bf16)
+    ids = put(np.arange(e, dtype=np.int32))
     for t in GROUPED_T:
-        a = to_buffer(rng.standard_normal((t, nk), dtype=np.float32), DType.bfloat16).to(dev)
-        offs = kp.to_device((np.arange(e + 1) * (t // e)).astype(np.uint32), dev)
-        stats = kp.to_device(np.array([t // e, e], np.uint32), dev)
+        a = put(rng.standard_normal((t, nk), dtype=np.float32), bf16)
+        offs = put((np.arange(e + 1) * (t // e)).astype(np.uint32))
+        stats = put(np.array([t // e, e], np.uint32))
         calls.append(Call("grouped", f"T={t}", [a, b, offs, ids, stats]))
     d = kp.problem_data(KCACHE, 1, rng, dev, device)
     pages = max(kp.make_batch(t).pages for t in KCACHE_T)
@@ -214,8 +222,10 @@ def run_call(model: Any, call: Call, dev: Any) -> np.ndarray:
 
     if call.pool is not None:
         slab = call.pool.slab
-        slab.inplace_copy_from(Buffer.from_numpy(np.zeros(slab.shape[0], np.uint16)))
-        dev.synchronize()
+        zeros = Buffer.from_numpy(np.zeros(slab.shape[0], np.uint16))
+        slab.inplace_copy_from(zeros)
+        dev.synchronize()  # the copy may be asynchronous: `zeros` must outlive it
+        del zeros
         model.execute(*call.args)
         dev.synchronize()
         return kp.cache_f64(to_numpy(slab), "bf16")
@@ -292,6 +302,7 @@ def run_gpu() -> list[dict[str, Any]]:
                 log(path, call.op, call.size, row["ok"])
                 continue
             if path == "hopper":
+                row["ok"] = "ref"
                 hopper_out[key] = out
                 if row["kernel_us"]:
                     hopper_us[key] = row["kernel_us"]
@@ -353,7 +364,7 @@ def main() -> None:
     log(f"bench_targets: budget {BUDGET_S:.0f}s")
     rows = run_gpu()
     broken = [f"{r['op']} {r['size']} {r['path']}" for r in rows
-              if r.get("ok") not in (None, "ok")]
+              if r.get("ok") not in (None, "ok", "ref")]
     harness.record(
         "targets_gpu", rows, COLUMNS,
         method="per path (hopper = the GPU's own path; ampere / portable forced through "
