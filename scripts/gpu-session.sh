@@ -6,6 +6,7 @@
 #   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
 #   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
 #   scripts/gpu-session.sh tests-quick bench-decoder-ours   # kernels' tests; decoder without MAX's twin
+#   scripts/gpu-session.sh bench-targets         # forced Ampere / portable paths vs Hopper
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -59,6 +60,7 @@ for part in "$@"; do
     bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
+    bench-targets) bench bench_targets "${BENCH_BUDGET_S:-150}" benchmarks/bench_targets.py ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
   # packed after every part, so a call cut short still returns the parts that finished
