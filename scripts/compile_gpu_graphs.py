@@ -303,17 +303,59 @@ ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent,
                   " k/v_matmul_ragged_paged_scale, moe_route_topk_group)")
 
 
+SHARDED_NAME = "Int4Linear rowwise + columnwise shards with allreduce on 2 devices"
+"""The --sharded build's name."""
+
+
+def compile_sharded_int4() -> None:
+    """A 2-GPU tensor-parallel int4 MLP: column-parallel up, row-parallel down, allreduce."""
+    from max.driver import CPU, Accelerator
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, ShardingStrategy, TensorType
+    from max.nn import Allreduce, Module, Signals
+
+    from mojo_gemm import Int4Linear
+
+    gpus = [DeviceRef.GPU(0), DeviceRef.GPU(1)]
+    signals = Signals(gpus)
+
+    class TensorParallel(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = Int4Linear(1024, 2048)
+            self.down = Int4Linear(2048, 1024, has_bias=True)
+            self.up.sharding_strategy = ShardingStrategy.rowwise(len(gpus))
+            self.down.sharding_strategy = ShardingStrategy.columnwise(len(gpus))
+            self.allreduce = Allreduce(len(gpus))
+
+        def __call__(self, *args):  # type: ignore[no-untyped-def]
+            xs, signal_buffers = args[: len(gpus)], args[len(gpus):]
+            ups, downs = self.up.shard(gpus), self.down.shard(gpus)
+            parts = [d(u(x.tensor)) for u, d, x in zip(ups, downs, xs, strict=True)]
+            return tuple(self.allreduce(parts, [b.buffer for b in signal_buffers]))
+
+    model = TensorParallel()
+    registry = model.state_dict()
+    types = [TensorType(DType.bfloat16, ["m", 1024], g) for g in gpus]
+    session = InferenceSession(devices=[CPU(), Accelerator(0), Accelerator(1)])
+    model.compile(*types, *signals.input_types(), session=session, weights=registry)
+
+
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
+    parser.add_argument("--sharded", action="store_true",
+                        help="only the 2-device tensor-parallel int4 graph (2 virtual devices)")
     args = parser.parse_args()
     driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
-    driver.set_virtual_device_count(1)
-    builds = ((ONE_GRAPH_NAME, compile_every_op),) if args.one_graph else (
+    driver.set_virtual_device_count(2 if args.sharded else 1)
+    builds = ((SHARDED_NAME, compile_sharded_int4),) if args.sharded else (
+        (ONE_GRAPH_NAME, compile_every_op),) if args.one_graph else (
         ("multistage_gemm_q", compile_int4),
         ("grouped_matmul_sm100_persistent", compile_grouped),
         ("k_matmul_ragged_paged_scale", compile_k_cache),

@@ -18,14 +18,25 @@ Everything happens inside the graph, on the graph's device, with no host round t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, Weight, ops
+from max.graph import DeviceRef, ShardingStrategy, TensorValue, Weight, ops
 from max.nn import Module
 
 from ..core.host import to_buffer
-from ..core.rules import ARRAY, DEVICE, DTYPE, INT, TENSOR, check_types, optional
+from ..core.rules import (
+    ARRAY,
+    DEVICE,
+    DTYPE,
+    INT,
+    TENSOR,
+    check_types,
+    instance_of,
+    optional,
+)
 from ..router.op import MoERouting, moe_route
 from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
 from .layer import GroupedLinear
@@ -87,6 +98,80 @@ class MoEBlock(Module):
                                      dtype=dtype, device=self.device)
         self.down = GroupedLinear(num_experts, intermediate_size, hidden_size, dtype=dtype,
                                   device=self.device)
+        self._sharding_strategy: ShardingStrategy | None = None
+        # First global expert id this block's experts hold (0 unless it is an expert shard).
+        self._expert_offset = 0
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """`ShardingStrategy.expert_parallel(n)` (as MAX's MoE): each shard holds E/n experts."""
+        return self._sharding_strategy
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy) -> None:
+        """Sets expert parallelism; ValueError for another strategy or E not a multiple of n.
+
+        The router weight is replicated (every shard computes the global top-k); gate/up and
+        down weights are split along the expert axis.
+        """
+        check_types(
+            "MoEBlock.sharding_strategy",
+            {"strategy": strategy},
+            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+        )
+        n = strategy.num_devices
+        if not strategy.is_expert_parallel:
+            raise ValueError(
+                f"MoEBlock.sharding_strategy: expected ShardingStrategy.expert_parallel, got "
+                f"{strategy}"
+            )
+        if self.num_experts % n:
+            raise ValueError(
+                f"MoEBlock.sharding_strategy: expert_parallel({n}) needs num_experts to be a "
+                f"multiple of {n}, got num_experts = {self.num_experts}"
+            )
+        self.router_weight.sharding_strategy = ShardingStrategy.replicate(n)
+        self.gate_up.weight.sharding_strategy = ShardingStrategy.rowwise(n)
+        self.down.weight.sharding_strategy = ShardingStrategy.rowwise(n)
+        self._sharding_strategy = strategy
+
+    def shard(self, devices: Iterable[DeviceRef]) -> list[MoEBlock]:
+        """One `MoEBlock` per device; shard i holds experts [i E/n, (i+1) E/n).
+
+        Each shard maps x `dtype` [T, hidden] -> a partial `dtype` [T, hidden]: the global
+        top-k routing, with the assignments to experts held elsewhere as zero rows (the
+        grouped op's expert id -1), so the sum of the shards' outputs (e.g. `max.nn`
+        allreduce) is the block's output. The weights are views of this block's weights
+        (load the full block's state). ValueError when no strategy is set or
+        len(devices) differs from its count.
+        """
+        strategy = self._sharding_strategy
+        if strategy is None:
+            raise ValueError("MoEBlock.shard: sharding_strategy must be set first, got None")
+        devices = list(devices)
+        if len(devices) != strategy.num_devices:
+            raise ValueError(
+                f"MoEBlock.shard: devices must have {strategy.num_devices} entries (the "
+                f"strategy's num_devices), got {len(devices)}"
+            )
+        local = self.num_experts // len(devices)
+        routers = self.router_weight.shard(devices)
+        gate_ups = self.gate_up.weight.shard(devices)
+        downs = self.down.weight.shard(devices)
+        shards = []
+        for i, device in enumerate(devices):
+            block = MoEBlock(self.hidden_size, self.intermediate_size, self.num_experts,
+                             self.top_k, dtype=self.dtype, device=device)
+            block.router_weight = routers[i]
+            block.gate_up = GroupedLinear(local, self.hidden_size, self.intermediate_size,
+                                          swiglu=True, dtype=self.dtype, device=device)
+            block.gate_up.weight = gate_ups[i]
+            block.down = GroupedLinear(local, self.intermediate_size, self.hidden_size,
+                                       dtype=self.dtype, device=device)
+            block.down.weight = downs[i]
+            block._expert_offset = i * local
+            shards.append(block)
+        return shards
 
     def _check_input(self, x: TensorValue) -> None:
         check_types("MoEBlock", {"x": x}, {"x": TENSOR})
@@ -118,7 +203,14 @@ class MoEBlock(Module):
         r = self._routing(x)
         t, k = x.shape[0], self.top_k
         rows = ops.gather(x, r.token_index, axis=0)  # [R, hidden], sorted by expert
-        route = r.grouped_operands
+        a_offsets, expert_ids, stats = r.grouped_operands
+        local = int(self.gate_up.weight.shape[0])
+        if local != self.num_experts:
+            # An expert shard: global ids it does not hold become -1 (zero rows).
+            local_ids = expert_ids - self._expert_offset
+            owned = (local_ids >= 0) & (local_ids < local)
+            expert_ids = ops.where(owned, local_ids, ops.constant(-1, DType.int32, x.device))
+        route = (a_offsets, expert_ids, stats)
         act = grouped_matmul(rows, TensorValue(self.gate_up.weight), *route, swiglu=True)
         y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=r.row_scale)
         per_choice = ops.reshape(ops.cast(ops.gather(y, r.inverse, axis=0), DType.float32),

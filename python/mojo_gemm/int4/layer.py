@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, Weight
+from max.graph import DeviceRef, ShardingStrategy, TensorValue, Weight
 from max.nn import Module
 
 from ..core.host import to_buffer
@@ -21,7 +23,7 @@ from ..core.rules import (
     optional,
 )
 from .contract import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
-from .layout import N_TILE, PACK_FACTOR
+from .layout import K_ALIGN, N_TILE, PACK_FACTOR
 from .op import Int4WeightValues, int4_matmul
 from .quant import Int4Weight
 
@@ -83,6 +85,124 @@ class Int4Linear(Module):
         self.zeros = None if symmetric else Weight("zeros", dtype, params_shape, device)
         self.perm = Weight("perm", DType.int64, [in_features], device) if act_order else None
         self.bias = Weight("bias", dtype, [out_features], device) if has_bias else None
+        self._sharding_strategy: ShardingStrategy | None = None
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """How `shard` splits this layer, with MAX `Linear`'s meaning of the strategies.
+
+        `ShardingStrategy.rowwise(n)` splits the rows of the logical weight W [N, K], i.e. the
+        output features (column parallel: each shard computes N/n output columns from the
+        full x; concatenate the outputs). `ShardingStrategy.columnwise(n)` splits K (row
+        parallel: each shard takes x[..., K/n slice] and yields a partial sum; sum the
+        outputs, e.g. with `max.nn` allreduce; only shard 0 keeps the bias).
+        """
+        return self._sharding_strategy
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy) -> None:
+        """Sets the strategy on every weight; ValueError when the sizes do not split cleanly.
+
+        rowwise(n): out_features / n must be a multiple of 64 (a packed band of qweight and
+        of the scales' 8 x 8 transposed blocks). columnwise(n): in_features / n must be a
+        multiple of 128 (the packed K alignment) and of group_size, and the layer must not
+        use act-order: packed position j reads input feature perm[j], anywhere in K, so a
+        shard fed the contiguous slice x[..., K/n] cannot serve a perm slice in general.
+        """
+        check_types(
+            "Int4Linear.sharding_strategy",
+            {"strategy": strategy},
+            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+        )
+        n = strategy.num_devices
+        replicate = ShardingStrategy.replicate(n)
+        if strategy.is_rowwise:
+            if self.out_features % (N_TILE * n):
+                raise ValueError(
+                    f"Int4Linear.sharding_strategy: rowwise({n}) needs out_features / {n} to "
+                    f"be a multiple of {N_TILE}, got out_features = {self.out_features}"
+                )
+            params = ShardingStrategy.columnwise(n)
+            self.qweight.sharding_strategy = ShardingStrategy.rowwise(n)
+            if self.bias is not None:
+                self.bias.sharding_strategy = ShardingStrategy.rowwise(n)
+            if self.perm is not None:
+                self.perm.sharding_strategy = replicate
+        elif strategy.is_colwise:
+            if self.act_order:
+                raise ValueError(
+                    f"Int4Linear.sharding_strategy: columnwise({n}) needs act_order=False "
+                    "(packed K positions read input features perm[j] from all of K, so no "
+                    "contiguous split of x feeds a shard), got act_order=True"
+                )
+            quantum = K_ALIGN if self.group_size == -1 else max(K_ALIGN, self.group_size)
+            if self.in_features % (quantum * n):
+                raise ValueError(
+                    f"Int4Linear.sharding_strategy: columnwise({n}) needs in_features / {n} "
+                    f"to be a multiple of {quantum} (K alignment {K_ALIGN}, group_size "
+                    f"{self.group_size}), got in_features = {self.in_features}"
+                )
+            # Per-channel scales (one group over all of K) are the same for every K slice.
+            params = replicate if self.group_size == -1 else ShardingStrategy.rowwise(n)
+            self.qweight.sharding_strategy = ShardingStrategy.columnwise(n)
+            if self.bias is not None:
+                self.bias.sharding_strategy = replicate
+        else:
+            raise ValueError(
+                "Int4Linear.sharding_strategy: expected ShardingStrategy.rowwise or "
+                f"columnwise, got {strategy}"
+            )
+        self.scales.sharding_strategy = params
+        if self.zeros is not None:
+            self.zeros.sharding_strategy = params
+        self._sharding_strategy = strategy
+
+    def shard(self, devices: Iterable[DeviceRef]) -> list[Int4Linear]:
+        """One `Int4Linear` per device holding its part of this layer's weights.
+
+        The shards' weights are views of this layer's weights (MAX weight sharding: the full
+        weights stay the graph's weights, under this layer's names; each shard slices and
+        moves its part), so load the full layer's state as usual. rowwise: shard i maps
+        x [..., K] -> [..., N/n] (output columns [i N/n, (i+1) N/n)); columnwise: shard i
+        maps x[..., i K/n : (i+1) K/n] -> a partial [..., N], the bias on shard 0 only.
+        Raises ValueError when no strategy is set or len(devices) differs from its count.
+        """
+        strategy = self._sharding_strategy
+        if strategy is None:
+            raise ValueError(
+                "Int4Linear.shard: sharding_strategy must be set first, got None"
+            )
+        devices = list(devices)
+        if len(devices) != strategy.num_devices:
+            raise ValueError(
+                f"Int4Linear.shard: devices must have {strategy.num_devices} entries (the "
+                f"strategy's num_devices), got {len(devices)}"
+            )
+        n = strategy.num_devices
+        split_n = strategy.is_rowwise
+        shard_weights = {
+            name: w.shard(devices)
+            for name, w in (("qweight", self.qweight), ("scales", self.scales),
+                            ("zeros", self.zeros), ("perm", self.perm), ("bias", self.bias))
+            if w is not None
+        }
+        shards = []
+        for i, device in enumerate(devices):
+            layer = Int4Linear(
+                self.in_features if split_n else self.in_features // n,
+                self.out_features // n if split_n else self.out_features,
+                group_size=self.group_size,
+                symmetric=self.symmetric,
+                act_order=self.act_order,
+                has_bias=self.bias is not None and (split_n or i == 0),
+                dtype=self.dtype,
+                device=device,
+            )
+            for name, parts in shard_weights.items():
+                if name != "bias" or layer.bias is not None:
+                    setattr(layer, name, parts[i])
+            shards.append(layer)
+        return shards
 
     def __call__(self, x: TensorValue) -> TensorValue:
         """x: `dtype` [..., in_features] -> `dtype` [..., out_features]."""
