@@ -25,7 +25,8 @@ same-expert lanes of its step; the group's lowest lane then advances the base.
 from std.math import ceildiv, exp
 from std.bit import count_trailing_zeros, pop_count
 from std.memory import stack_allocation
-from max.gpu import WARP_SIZE, barrier, block_idx, thread_idx
+from std.utils.static_tuple import StaticTuple
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, WARP_SIZE, barrier, block_idx, thread_idx
 from max.gpu.host import DeviceContext, FuncAttribute
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.primitives.warp import match_any, shuffle_up, shuffle_xor
@@ -69,6 +70,7 @@ def _reduce_scatter[n: Int](v: SIMD[F32, n], lane: Int) -> Float32:
         return _reduce_scatter[half](keep, lane)
 
 
+@__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(ROUTER_THREADS)))
 def _router_kernel[dtype: DType](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -170,6 +172,7 @@ def _warp_inclusive_sum(v: UInt32, lane: Int) -> UInt32:
     return incl
 
 
+@__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(GROUP_THREADS)))
 def _group_kernel(
     ids: Pointer[Int32, MutAnyOrigin],
     weights: Pointer[Float32, MutAnyOrigin],
