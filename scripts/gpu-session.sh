@@ -5,6 +5,7 @@
 #   scripts/gpu-session.sh tests                 # every gpu test, four pytest processes
 #   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
 #   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
+#   scripts/gpu-session.sh bench-int4-public     # int4 vs humming-kernels, public layers (~500 s)
 #   scripts/gpu-session.sh tests-quick bench-decoder-ours   # kernels' tests; decoder without MAX's twin
 #   scripts/gpu-session.sh bench-targets         # forced Ampere / portable paths vs Hopper
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
@@ -55,7 +56,9 @@ for part in "$@"; do
     example)
       timeout 300 python examples/moe_decoder.py --device gpu > "$work/example_gpu.log" 2>&1
       echo "rc=$?" >> "$work/example_gpu.log"; tail -8 "$work/example_gpu.log" ;;
-    bench-int4) bench bench_int4 "${BENCH_BUDGET_S:-240}" benchmarks/bench_int4_matmul.py ;;
+    bench-int4) bench bench_int4 "${BENCH_BUDGET_S:-240}" benchmarks/bench_int4_matmul.py --shapes llama ;;
+    bench-int4-public)  # issue 19's run: 28 public layers x 7 M with humming-kernels (carry .wheels)
+      bench bench_int4 "${BENCH_BUDGET_S:-500}" benchmarks/bench_int4_matmul.py --shapes public ;;
     bench-grouped) bench bench_grouped "${BENCH_BUDGET_S:-230}" benchmarks/bench_grouped_matmul.py ;;
     bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;

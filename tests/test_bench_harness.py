@@ -1,5 +1,6 @@
 """benchmarks/harness.py on the CPU: RESULTS.md keeps only the latest run of a benchmark, the
-latest JSON is written, and the captured-time helper captures, replays and releases in order."""
+latest JSON is written, and the captured-time helper captures, replays and releases in order;
+bench_int4_matmul's shape set, time plan, ratios and bars on made-up rows (no GPU, no MAX)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_int4_matmul as bench  # imports MAX and torch only inside its GPU functions
 import harness  # benchmarks/ is not a package: found through sys.path
 
 RESULTS = """# Benchmark results
@@ -127,3 +129,70 @@ def test_try_us_keeps_the_row_on_failure() -> None:
 
     assert harness.try_us("x", broken) is None
     assert harness.try_us("x", lambda s: s, 2e-6) == pytest.approx(2.0)
+
+
+def test_int4_public_shapes_derive_from_the_model_configs() -> None:
+    """The public set is 4 layers per model of MODELS, the Llama-3 ones equal LAYERS, and every
+    shape fits our symbolic-N, K graph unpadded (N % 64 == 0, K % 128 == 0)."""
+    assert len(bench.PUBLIC_LAYERS) == 4 * len(bench.MODELS) == 28
+    assert {k: bench.PUBLIC_LAYERS[k] for k in bench.LAYERS} == bench.LAYERS
+    assert bench.PUBLIC_LAYERS["405B.qkv"] == (18432, 16384)  # (128 + 2 * 8) * 128
+    assert bench.PUBLIC_LAYERS["27B.o"] == (4608, 4096)  # Gemma-2: heads * head_dim != hidden
+    assert all(n % 64 == 0 and k % 128 == 0 for n, k in bench.PUBLIC_LAYERS.values())
+
+
+def test_int4_layer_and_m_selection() -> None:
+    """--layers takes names and model prefixes, --m sorts; unknown names stop the run."""
+    got = bench.select_layers("public", "3B,405B.o")
+    assert list(got) == ["3B.qkv", "3B.o", "3B.gate_up", "3B.down", "405B.o"]
+    assert bench.select_layers("llama", None) == bench.LAYERS
+    with pytest.raises(SystemExit):
+        bench.select_layers("llama", "405B")
+    assert bench.parse_m("4096, 1,16") == (1, 16, 4096)
+    assert bench.parse_m("") == bench.M_VALUES
+
+
+def test_int4_plan_drops_in_order() -> None:
+    """A big budget keeps everything; a small one drops MAX's kernel, then the captured big-M
+    rows, then torch int4 at big M, and says the run does not fit."""
+    kw: dict[str, Any] = {"humming": True, "torch_part": True, "max_layers": 8}
+    full = bench.plan(bench.LAYERS, bench.M_VALUES, 1e6, **kw)
+    assert full["dropped"] == [] and full["fits"] and full["max_builtin"]
+    tiny = bench.plan(bench.PUBLIC_LAYERS, bench.M_VALUES, 10.0, **kw)
+    assert [d.split()[0] for d in tiny["dropped"]] == ["MAX's", "captured", "torch"]
+    assert not (tiny["fits"] or tiny["max_builtin"] or tiny["graph_big_m"])
+    assert tiny["estimate_s"]["total"] < full["estimate_s"]["total"] + 1e6
+
+
+def _rows(ratio: float, skip: str | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for name in bench.PUBLIC_LAYERS:
+        for m in bench.M_VALUES:
+            r: dict[str, Any] = {"layer": name, "M": m, "kernel_us": 10.0,
+                                 "humming_us": 10.0 * ratio, "cublas_us": 10.0 * ratio}
+            if name in bench.LAYERS:
+                r.update(replay_us=10.0, cublas_graph_us=25.0)
+            if name == skip:
+                r["humming_fail"] = "check: rel err 0.5 > 0.01"
+            bench.add_ratios(r)
+            rows.append(r)
+    return rows
+
+
+def test_int4_bars_and_summary() -> None:
+    """Issue 19's bars are met only with every public layer, a failed humming check removes
+    its ratio; issue 18's bars stay over the 8 Llama layers."""
+    lines = bench.bar_lines_19(_rows(1.2))
+    assert len(lines) == 8 and all(line.endswith(" met") for line in lines)
+    lines = bench.bar_lines_19(_rows(1.07))
+    assert [line.endswith(" met") for line in lines] == [False, False, True, True, True, True,
+                                                         True, True]
+    failed = _rows(1.2, skip="405B.down")
+    assert "405B.down" not in [r["layer"] for r in failed if r.get("x_humming_kernel")]
+    assert bench.bar_lines_19(failed)[0].endswith("missed, only 27 of 28 layers")
+    assert bench.bar_lines(failed) == [
+        f"bar: int4 M={m} geomean x_cublas_replay (cublas_graph_us / replay_us) over the Llama "
+        f"layers 2.50 >= 2.0 met" for m in (1, 16)]
+    summary = bench.summarize(failed, (1,), bench.PUBLIC_LAYERS)["M=1"]
+    assert summary["n_x_humming_kernel"] == 27
+    assert summary["geomean_x_humming_kernel"] == pytest.approx(1.2)
