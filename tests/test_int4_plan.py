@@ -73,7 +73,7 @@ MMA = "int4_gemm_mma BMxBNxBK={} WMxWN=16x64 stages={} warp_k={} split_k={{}} pi
 K8 = MMA.format("16x64x64", 4, 8, 155648)
 M16 = MMA.format("16x128x128", 4, 2, 143360)
 M16N = MMA.format("16x64x64", 5, 4, 97280)
-WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} pp=0 stages={} split_k={{}}{} smem={}"
+WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} stages={} split_k={{}}{} smem={}"
 WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
 WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)

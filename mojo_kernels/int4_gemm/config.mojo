@@ -200,18 +200,13 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     nwg: consumer warpgroups (1 or 2), each on its own columns; plus one producer warpgroup.
     wk: warp-k partitions: consumer warpgroups per column set, each on every wk-th stage of
         the CTA's K range with its own accumulators, summed in the epilogue's shared-memory
-        tile (1 or 2; 2 needs nwg = 1, ctas = 1, no pp). Two warpgroups on one tile overlap
+        tile (1 or 2; 2 needs nwg = 1, ctas = 1). Two warpgroups on one tile overlap
         one's dequant with the other's wgmma where a single warpgroup is serial (see kg).
     stages: depth of the TMA / bulk-copy ring (WG_BK = 64 per stage).
     kg: k16 steps per wgmma batch (1, 2 or 4): dequant kg steps -> wgmma.fence -> kg * fpw
         wgmma -> commit -> wait_group 0. ptxas serializes register-A wgmma whenever A
         registers are written while a wgmma is in flight (C7513), so a warpgroup never
         overlaps its own dequant with its MMAs; the two consumer warpgroups overlap each other.
-    pp: software pipelining inside a warpgroup: dequantize the next batch (possibly of the next
-        stage) while the current batch's wgmma are in flight, then wait_group 0 (A registers
-        double-buffered: 2 * kg * fpw * 4 per thread; `_keep4` stops ptxas from reusing the
-        in-flight A registers). Correct, but no faster than two consumer warpgroups
-        overlapping each other, so no config of tuning_sm90.mojo sets it.
     split_k: CTAs per cluster along K (a run-time choice of the dispatch; 0 = heuristic).
     ctas: CTAs per SM the kernel is built for (1 or 2): `nvvm.minctasm`, the setmaxnreg split
           (1: producer 40 / consumers 232; 2: 24 / 104 with two consumer warpgroups, 24 / 232
@@ -224,13 +219,12 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     var nwg: Int
     var stages: Int
     var kg: Int
-    var pp: Bool
     var split_k: Int
     var ctas: Int
     var wk: Int
 
     def __init__(
-        out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, pp: Bool = False, split_k: Int = 0,
+        out self, *, nt: Int, fpw: Int, nwg: Int, stages: Int, kg: Int = 4, split_k: Int = 0,
         ctas: Int = 1, wk: Int = 1,
     ):
         self.nt = nt
@@ -238,7 +232,6 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         self.nwg = nwg
         self.stages = stages
         self.kg = kg
-        self.pp = pp
         self.split_k = split_k
         self.ctas = ctas
         self.wk = wk
@@ -281,14 +274,14 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
             return False
         if self.ctas != 1 and self.ctas != 2:
             return False
-        if self.wk != 1 and (self.wk != 2 or self.nwg != 1 or self.ctas != 1 or self.pp):
+        if self.wk != 1 and (self.wk != 2 or self.nwg != 1 or self.ctas != 1):
             return False
         return self.stages >= 2 and self.split_k >= 0 and self.split_k <= 8
 
     def write_to(self, mut writer: Some[Writer]):
         writer.write(
             "wgmma BMxBNxBK=", self.nt, "x", self.bn(), "x", WG_BK, " fpw=", self.fpw,
-            " wg=", self.nwg, " kg=", self.kg, " pp=", Int(self.pp), " stages=", self.stages, " split_k=", self.split_k,
+            " wg=", self.nwg, " kg=", self.kg, " stages=", self.stages, " split_k=", self.split_k,
         )
         if self.ctas != 1:
             writer.write(" ctas=", self.ctas)

@@ -152,15 +152,6 @@ def _pin4(v: SIMD[DType.uint32, 4]) -> SIMD[DType.uint32, 4]:
 
 
 @always_inline
-def _keep4(v: SIMD[DType.uint32, 4]):
-    """Empty asm that reads v: keeps v's registers allocated up to this point. Used after the
-    wait_group that retires the wgmma reading v, so that ptxas cannot give them to values
-    written while that wgmma is still in flight (without it ptxas did, and the results were
-    wrong)."""
-    inlined_assembly["", NoneType, constraints="r,r,r,r", has_side_effect=True](v[0], v[1], v[2], v[3])
-
-
-@always_inline
 def _pin64(v: Int64) -> Int64:
     return inlined_assembly["", Int64, constraints="=l,0", has_side_effect=True](v)
 
@@ -408,41 +399,16 @@ def int4_gemm_wgmma_kernel[
                     acc[i] = _wgmma_rs[NT, dtype](afr[tt * FPW + i], bd + Int64(2 * tt), acc[i])
             wgmma_commit_group_sync()
 
-        comptime if not cfg.pp:
-            for it in range(kw if WK > 1 else 0, nst, WK):
-                var s = it % S
-                _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
-                comptime for g in range(NGB):
-                    var afr = dequant_batch[g](s)
-                    mma_batch[g](afr, s)
-                    wgmma_wait_group_sync[0]()
-                # every wgmma reading this stage has retired: hand the slot back
-                if cw % 128 == 0:
-                    _ = empty[unsafe_offset=s].arrive()
-        else:
-            # software pipeline over batches: dequant(b + 1) overlaps the wgmma of batch b
-            var cur = Array[SIMD[DType.uint32, 4], KG * FPW](fill=SIMD[DType.uint32, 4](0))
-            if nst > 0:
-                _mbar_wait(_saddr(full.unsafe_offset(0)), UInt32(0))
-                cur = dequant_batch[0](0)
-            for it in range(nst):
-                var s = it % S
-                comptime for g in range(NGB):
-                    mma_batch[g](cur, s)
-                    var inflight = cur.copy()
-                    comptime if g + 1 < NGB:
-                        cur = dequant_batch[g + 1](s)
-                    else:
-                        if it + 1 < nst:
-                            var s1 = (it + 1) % S
-                            _mbar_wait(_saddr(full.unsafe_offset(s1)), UInt32(((it + 1) // S) & 1))
-                            cur = dequant_batch[0](s1)
-                    wgmma_wait_group_sync[0]()
-                    # the A registers of the batch just retired stay allocated until here
-                    comptime for q in range(KG * FPW):
-                        _keep4(inflight[q])
-                if cw % 128 == 0:
-                    _ = empty[unsafe_offset=s].arrive()
+        for it in range(kw if WK > 1 else 0, nst, WK):
+            var s = it % S
+            _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
+            comptime for g in range(NGB):
+                var afr = dequant_batch[g](s)
+                mma_batch[g](afr, s)
+                wgmma_wait_group_sync[0]()
+            # every wgmma reading this stage has retired: hand the slot back
+            if cw % 128 == 0:
+                _ = empty[unsafe_offset=s].arrive()
         wgmma_wait_group_sync[0]()
 
         # ---------------------------- epilogue ----------------------------
