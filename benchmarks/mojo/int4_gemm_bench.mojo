@@ -1,19 +1,20 @@
 """Benchmark of the W4A16 tensor-core path (`int4_gemm_gpu`) on the 8 Llama-3 layers, g = 128,
 bf16, symmetric, no bias, M in {16, 64, 128, 256, 1024, 4096}; standalone program for the H200.
 
-    ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/int4_gemm_bench.mojo
+    scripts/build-gpu-bin benchmarks/mojo/int4_gemm_bench.mojo
     run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [wk] [xs] [m=16,64]
-(noprev: skip timing the v6 mma.sync selection;
+(noprev: skip timing the mma.sync selection (the v6 columns);
 wk: also the warp-k config WG_CFG_128K with splits 1, 2, 4 at 64 < M <= 128;
 xs: also the cluster sizes the plan avoids or caps (3, 5, 6, 7, 8) at 16 < M <= 128;
 m=...: only these M values, e.g. m=16,64 for the small-M rows alone)
 
-Per M and layer: "v6" = the mma.sync selection (`int4_gemm_gpu_mma`, M > 16 only), "v7" = the
-dispatch without its pins (`prev_m16_choice` at M = 16, `dispatch.wgmma_rule` above; timed,
-tagged "v7", only where a pin changes the launch, else equal to default), "default" =
+Per M and layer (the labels of the output columns and JSON keys): "v6" = the mma.sync selection
+(`int4_gemm_gpu_mma`, M > 16 only), "v7" = the rule without pins (`prev_m16_choice` at M = 16,
+`dispatch.wgmma_rule` above; timed, tagged "v7", only where a pin changes the launch, else equal
+to default), "default" =
 `int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
 CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
-v7 plan, for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for
+plan of the rule without pins, for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for
 64 < M <= 256 WG_CFG_64N and WG_CFG_128N (128 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is
 the fastest checked launch of all of them.
 
@@ -144,7 +145,7 @@ struct Layer:
 comptime KIND_DEFAULT = 0
 """Kind: `int4_gemm_gpu` (the dispatch)."""
 comptime KIND_PREV = 1
-"""Kind: `int4_gemm_gpu_mma` (the v6 mma.sync selection)."""
+"""Kind: `int4_gemm_gpu_mma` (the mma.sync selection: the "v6" columns)."""
 comptime KIND_WGMMA = 2
 """Kind: `launch_int4_gemm_wgmma[cfg]` with the given split (0: its heuristic)."""
 comptime KIND_MMA = 3
@@ -245,8 +246,9 @@ def try_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig = CFG_M8](
 
 
 def prev_m16_choice(n: Int, kp: Int) -> Tuple[Int, Int]:
-    """The v7 `tuned_choice` row (variant 0 = CFG_M16, 1 = CFG_M16_NARROW; split) at 9 <= M <= 16
-    for the shapes v8 re-pinned to CFG_M16_K8, else (-1, 0) (the dispatch is unchanged)."""
+    """The `tuned_choice` row without the CFG_M16_K8 pins (variant 0 = CFG_M16, 1 =
+    CFG_M16_NARROW; split) at 9 <= M <= 16 for the shapes `tuned_choice` pins to CFG_M16_K8,
+    else (-1, 0) (where the pins leave the dispatch as the rule has it)."""
     if kp == 4096 and n == 6144:
         return (1, 1)
     if kp == 4096 and n == 4096:
@@ -284,7 +286,7 @@ def try_v7_wgmma(
     ctx: DeviceContext, L: Layer, m: Int, plan: Tuple[Int, Int], ref_rows: DeviceBuffer[F32],
     nrows: Int, mut best: Best, mut all_ok: Bool,
 ) raises -> Float64:
-    """The wgmma launch of a v7 plan (variant >= 0, split)."""
+    """The wgmma launch of a plan of the rule without pins (variant >= 0, split)."""
     if plan[0] == WG_VAR_64:
         return try_cfg[WG_CFG_64](ctx, L, m, KIND_WGMMA, plan[1], ref_rows, nrows, best, all_ok, "v7 ")
     if plan[0] == WG_VAR_64W:
@@ -367,7 +369,7 @@ def main() raises:
             var m = m_value(mj)
             var nrows = ref_rows_below(m)
             var best = Best()
-            var p_us: Float64 = 0  # v6 mma.sync selection (M > 16)
+            var p_us: Float64 = 0  # the mma.sync selection (M > 16; the v6 columns)
             var p_desc = String("")
             if m > 16 and with_prev:
                 p_us = try_cfg[WG_CFG_128](ctx, L, m, KIND_PREV, 0, ref_rows, nrows, best, all_ok)
@@ -378,7 +380,7 @@ def main() raises:
             if bd.us < best.us:
                 best.us = bd.us
                 best.desc = bd.desc
-            # the previous dispatch (v7): timed where v8 changed the plan, else = default
+            # the rule without pins (the v7 columns): timed where a pin changes the plan, else = default
             var v7_us = d_us
             var v7_desc = String("= default")
             var b7 = Best()
@@ -394,7 +396,7 @@ def main() raises:
             var rule = wgmma_rule(m, n, kp)
             var plan = wgmma_plan(m, n, kp)
             if m > 16 and (rule[0] != plan[0] or rule[1] != plan[1]):
-                if rule[0] < 0 and with_prev:  # v7 stayed on mma.sync: that is the v6 selection
+                if rule[0] < 0 and with_prev:  # the rule stays on mma.sync: the mma.sync selection
                     v7_us = p_us
                     v7_desc = String("v7 ", p_desc)
                 elif rule[0] < 0:
@@ -407,7 +409,7 @@ def main() raises:
                 best.us = b7.us
                 best.desc = b7.desc
             if m > 16:
-                # the v7 plan's tile with the other splits of {1, 2, 4} and the other tile
+                # the rule's tile with the other splits of {1, 2, 4} and the other tile
                 for sp in [1, 2, 4]:
                     if sp != rule[1]:
                         if rule[0] == WG_VAR_64:

@@ -2,7 +2,7 @@
 tests/mojo/k_cache_gpu_harness.mojo checks the same kernels). The timed calls rotate over 4
 copies of the weight, so every call reads its weight from HBM (as each layer of a model does).
 
-    ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/k_cache_decode_bench.mojo
+    scripts/build-gpu-bin benchmarks/mojo/k_cache_decode_bench.mojo
 """
 
 from max.gpu.host import DeviceContext

@@ -1,7 +1,7 @@
 """Prefill timing of the FP8 K-cache op's wgmma path on the issue-5 shapes (no checks: the
 harness tests/mojo/k_cache_gpu_harness.mojo checks the same kernels).
 
-    ../shared/gpu/bundle-bin -I . -I tests/mojo benchmarks/mojo/k_cache_prefill_bench.mojo
+    scripts/build-gpu-bin benchmarks/mojo/k_cache_prefill_bench.mojo
 """
 
 from max.gpu.host import DeviceContext

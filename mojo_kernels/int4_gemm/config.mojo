@@ -17,7 +17,26 @@ choice of the dispatch. PIPE_WARP configs (the M <= 16 kernel) instead give ever
 own ring: warps x stages x warp_stage_bytes (see there).
 """
 
+from std.sys.defines import get_defined_int
+
 from ..common.target import SMEM_BUDGET_SM90
+
+# Build-time switches for running the int4 kernels under compute-sanitizer's racecheck
+# (docs/sanitizers.md). Their defaults are the hardware values, so a build without -D compiles
+# exactly the kernels and plans it always did; smaller values make the same kernel code launch
+# with less shared memory (fewer stages), clusters of at most INT4_MAX_SPLIT CTAs, or no
+# setmaxnreg.
+comptime INT4_SMEM_BUDGET = get_defined_int["INT4_SMEM_BUDGET", SMEM_BUDGET_SM90]()
+"""Dynamic shared memory (bytes) per CTA the int4 op resolves its sm_90a / sm_100a configs
+against (`-D INT4_SMEM_BUDGET=N`; default SMEM_BUDGET_SM90). At 132 KiB every config still
+fits (the wgmma epilogue tile of WG_CFG_128 is 130 KiB), with fewer pipeline stages."""
+comptime INT4_MAX_SPLIT = get_defined_int["INT4_MAX_SPLIT", 8]()
+"""Most CTAs per split-K cluster any int4 launch uses (`-D INT4_MAX_SPLIT=N`; default 8, the
+largest split any launch accepts: no cap). 1: every launch runs the cluster-reduction code of
+its kernel on a single CTA, without a cluster launch."""
+comptime INT4_SETMAXNREG = get_defined_int["INT4_SETMAXNREG", 1]()
+"""0 (`-D INT4_SETMAXNREG=0`): the wgmma kernel skips its setmaxnreg register split (consumers
+keep the launch allocation: ptxas may spill, results are unchanged). Default 1."""
 
 comptime MIN_STAGES = 3
 """The resolver never goes below this many pipeline stages."""
@@ -291,6 +310,8 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     def uses_setmaxnreg(self) -> Bool:
         """Two consumer warpgroups, or a config built for 2 CTAs per SM (whose launch allocation
         of 65536 / (2 * threads) registers per thread is too few for the consumers)."""
+        comptime if INT4_SETMAXNREG == 0:
+            return False
         return self.consumer_wgs() > 1 or self.ctas > 1
 
     def consumer_regs(self) -> Int:
@@ -355,11 +376,12 @@ def cluster_wave_cap(split: Int, ctas_per_sm: Int) -> Int:
 
 
 def wgmma_smem_budget(cfg: Int4WgmmaConfig) -> Int:
-    """Dynamic smem one CTA of `cfg` may use: SMEM_BUDGET_SM90 for 1 CTA per SM, else the
-    SM's 228 KiB shared by cfg.ctas CTAs, less the 1 KiB each CTA reserves."""
+    """Dynamic smem one CTA of `cfg` may use: INT4_SMEM_BUDGET (SMEM_BUDGET_SM90) for 1 CTA per
+    SM, else the SM's 228 KiB shared by cfg.ctas CTAs, less the 1 KiB each CTA reserves (and
+    at most INT4_SMEM_BUDGET)."""
     if cfg.ctas <= 1:
-        return SMEM_BUDGET_SM90
-    return (228 * 1024) // cfg.ctas - 1024
+        return INT4_SMEM_BUDGET
+    return min((228 * 1024) // cfg.ctas - 1024, INT4_SMEM_BUDGET)
 
 
 def try_resolve_wgmma_config(cfg: Int4WgmmaConfig, group_size: Int, has_zeros: Bool, budget: Int) -> Int4WgmmaConfig:

@@ -14,7 +14,8 @@ from std.math import ceildiv
 from .config import (
     Int4GemmConfig,
     Int4WgmmaConfig,
-    SMEM_BUDGET_SM90,
+    INT4_MAX_SPLIT,
+    INT4_SMEM_BUDGET,
     smem_usage,
     try_resolve_config,
     try_resolve_wgmma_config,
@@ -165,7 +166,7 @@ def choose_split_k(cfg: Int4GemmConfig, m: Int, n: Int, kp: Int) -> Int:
 
 def launch_int4_gemm_mma[
     dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4GemmConfig,
-    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
+    clusters: Bool = True, budget: Int = INT4_SMEM_BUDGET,
 ](
     output: Pointer[Scalar[dtype], MutAnyOrigin],
     x: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -193,30 +194,35 @@ def launch_int4_gemm_mma[
         comptime if not clusters:
             if split_k != 1:
                 raise Error("multistage_gemm_q: split_k must be 1 without thread-block clusters, got ", split_k)
-        var grid = (ceildiv(ceildiv(n, 64), r.bn // 64) * split_k, ceildiv(m, r.bm))
-        var cluster = Dim(split_k, 1, 1)
+        var split = split_k
+        comptime if INT4_MAX_SPLIT < 8:
+            # racecheck build (config.INT4_MAX_SPLIT): the same kernel, smaller clusters; at 1
+            # the cluster reduction runs on one CTA without a cluster launch
+            split = min(split, INT4_MAX_SPLIT)
+        var grid = (ceildiv(ceildiv(n, 64), r.bn // 64) * split, ceildiv(m, r.bm))
+        var cluster = Dim(split, 1, 1)
         var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
         comptime if r.pipeline == PIPE_WARP:
             comptime kernel = int4_gemv_kernel[dtype, group_size, has_zeros, has_bias, r, clusters]
-            if split_k == 1:
+            if split == 1:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr,
                     attributes=pdl_attributes())
             else:
                 ctx.enqueue_function[kernel](
-                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split_k),
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
                     func_attribute=attr, attributes=pdl_attributes())
         else:
             comptime kernel = int4_gemm_mma_kernel[dtype, group_size, has_zeros, has_bias, r, clusters]
-            if split_k == 1:
+            if split == 1:
                 ctx.enqueue_function[kernel](
                     output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
             else:
                 ctx.enqueue_function[kernel](
-                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split_k),
+                    output, x, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=cluster,
                     func_attribute=attr)
 
@@ -290,7 +296,7 @@ def int4_gemm_gpu[
 
 def int4_gemm_gpu_mma[
     dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool,
-    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
+    clusters: Bool = True, budget: Int = INT4_SMEM_BUDGET,
 ](
     output: Pointer[Scalar[dtype], MutAnyOrigin],
     x: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -354,14 +360,14 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
     if v >= 0:
         var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, wgmma_smem_budget(wgmma_config_for(v)))
         var sp = split_k if split_k > 0 else plan[1]
-        w = w.with_split_k(sp)
+        w = w.with_split_k(min(sp, INT4_MAX_SPLIT))
         return String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
     return int4_gemm_gpu_mma_config(m, n, kp, group_size, has_zeros, split_k)
 
 
 def int4_gemm_gpu_mma_config(
     m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bool, split_k: Int = 0,
-    clusters: Bool = True, budget: Int = SMEM_BUDGET_SM90,
+    clusters: Bool = True, budget: Int = INT4_SMEM_BUDGET,
 ) -> String:
     """The launch `int4_gemm_gpu_mma` (the mma.sync selection) makes for this problem, with
     its `clusters` and `budget` parameters."""
@@ -373,5 +379,5 @@ def int4_gemm_gpu_mma_config(
         split = tuned[1] if tuned[1] > 0 else choose_split_k(r, m, n, kp)
     if not clusters:
         split = 1
-    r = r.with_split_k(split)
+    r = r.with_split_k(min(split, INT4_MAX_SPLIT))
     return String("int4_gemm_mma ", r, " smem=", smem_usage(r, group_size, has_zeros, clusters))

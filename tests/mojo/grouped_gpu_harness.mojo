@@ -4,7 +4,10 @@
 # token, an expert id of -1, G_active < G (poisoned rows must stay untouched), plane splits and
 # the SwiGLU + row-scale epilogue, for bf16 and fp16; decode-sized and prefill-sized groups.
 #
-#   mojo build -I . --target-accelerator sm_90a tests/mojo/grouped_gpu_harness.mojo -o h && ./h
+# Forced Ampere / portable paths (FORCE_* of common/target.mojo) run the naive kernel through
+# the same launcher.
+#   scripts/build-gpu-bin tests/mojo/grouped_gpu_harness.mojo
+#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench]
 # Prints one line per case and "ALL PASS" (exit 0) or raises.
 from std.math import ceildiv
 from std.sys import argv
@@ -12,6 +15,7 @@ from std.time import perf_counter_ns
 from max.gpu import global_idx
 from max.gpu.host import DeviceContext
 
+from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE
 from mojo_kernels.grouped_gemm.kernels.naive import grouped_matmul_gpu_naive
 from mojo_kernels.grouped_gemm.entry import launch_grouped_matmul
 from mojo_kernels.grouped_gemm.scheduler import GroupedShape
@@ -24,7 +28,7 @@ def lcg(mut seed: UInt32) -> Float32:
     return Float32(Int(seed >> 8) % 2001) / 1000.0 - 1.0
 
 
-def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool](
+def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, force: Int = 0](
     ctx: DeviceContext, name: StaticString, T: Int, K: Int, N: Int, E: Int,
     offsets: List[Int], ids: List[Int], g_active: Int,
 ) raises:
@@ -67,7 +71,7 @@ def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool](
     var ip = eids.unsafe_ptr().as_unsafe_any_origin()
     var sp = stats.unsafe_ptr().as_unsafe_any_origin()
     var rp = rs.unsafe_ptr().as_unsafe_any_origin()
-    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, "gpu"](
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, "gpu", force](
         c.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
     grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
         c_ref.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
@@ -113,6 +117,11 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # SwiGLU + router weights
     run_case[dtype, 0, 0, True, True](ctx, "swiglu_scale", 200, 192, 256, 5,
         [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
+    # forced paths: the launcher's naive kernel (the Ampere and portable paths' only kernel)
+    run_case[dtype, 0, 0, True, True, FORCE_AMPERE](ctx, "forced_ampere_swiglu_scale", 200, 192, 256, 5,
+        [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
+    run_case[dtype, 128, 256, False, False, FORCE_PORTABLE](ctx, "forced_portable_planes", 90, 128, 384, 3,
+        [0, 30, 31, 90], [0, 2, 1], 3)
 
 
 def _fill_kernel[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], n: Int64, seed: UInt32):

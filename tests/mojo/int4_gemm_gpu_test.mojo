@@ -1,8 +1,8 @@
 """GPU tests of the W4A16 tensor-core path (standalone program; needs an NVIDIA GPU).
 
     python tests/mojo/int4_gemm_fixture.py .gpu-bin/int4_gemm_fixture.bin
-    ../shared/gpu/bundle-bin -I . -I tests/mojo tests/mojo/int4_gemm_gpu_test.mojo
-    run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture]
+    scripts/build-gpu-bin tests/mojo/int4_gemm_gpu_test.mojo
+    LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_gpu_test [fixture] [small]
 
 1. The config resolver, with reduced budgets (stages first, then warp-k partitions, then Error).
 2. Fixture problems packed by python/mojo_gemm/int4/layout.py with float64 results: the
@@ -10,7 +10,15 @@
    and so must every wgmma config (kernels/wgmma.mojo) launched directly with split_k 1, 2, 3, and
    every mma.sync PIPE_WARP config launched directly with split_k 1, 2, 3.
 3. Random problems (dtypes, group sizes, zeros, bias, N tails, many M-tiles) against the naive
-   reference: `int4_gemm_gpu`, every wgmma config, and (M <= 16) every PIPE_WARP config.
+   reference: `int4_gemm_gpu`, every wgmma config, and (M <= 16) every PIPE_WARP config; on
+   some of them the forced Ampere path (every mma.sync config without clusters at the sm_89
+   budget, launched directly, and the launcher with FORCE_AMPERE) and the forced portable path
+   (the launcher with FORCE_PORTABLE: kernels/portable.mojo).
+`small` (second argument; scripts/gpu-check --sanitize uses it under racecheck): skips the two
+largest random problems (1200 x 2112 and 520 x 6144 tokens x columns), whose kernels and configs
+the other problems also launch.
+Builds with -D INT4_SMEM_BUDGET / INT4_MAX_SPLIT / INT4_SETMAXNREG (int4_gemm/config.mojo) run the
+same checks with the capped configs; the printed splits are the ones launched.
 Every output is poisoned with NaN before each run. Exit code 1 on any failure.
 """
 
@@ -20,18 +28,34 @@ from std.sys import argv, exit
 from mojo_kernels.int4_gemm.config import (
     Int4GemmConfig, resolve_config, smem_usage, SMEM_BUDGET_SM90,
 )
-from mojo_kernels.int4_gemm.config import Int4WgmmaConfig
+from mojo_kernels.int4_gemm.config import Int4WgmmaConfig, INT4_MAX_SPLIT, INT4_SMEM_BUDGET, INT4_SETMAXNREG
 from mojo_kernels.int4_gemm.dispatch import int4_gemm_gpu, int4_gemm_gpu_config, launch_int4_gemm_mma
+from mojo_kernels.int4_gemm.entry import int4_gpu_plan_text, launch_int4_gemm
+from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, SMEM_BUDGET_AMPERE_SMALL
+from std.utils.index import IndexList
 from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
-    CFG_M16_K8,
+    CFG_M16_K8, CFG_M32, CFG_M64, CFG_LARGE,
 )
 from int4_gemm_ref import (
     F32, fill_uniform, fill_u32, fill_codes, fill_nan, run_reference, compare_rows, CheckResult,
 )
 
 comptime TOL = 1e-2
+
+
+def small_mode() -> Bool:
+    """`small` as the second argument (see the module doc)."""
+    var args = argv()
+    return len(args) > 2 and args[2] == "small"
+
+
+def announce(what: String):
+    """In small mode (the sanitizer runs), names each launch before it is made, so that a log
+    that ends in a launch error shows which kernel and config failed."""
+    if small_mode():
+        print("  launching ", what, flush=True)
 
 
 def check_resolver() raises -> Bool:
@@ -80,10 +104,11 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     @__parameter
     def one[cfg: Int4WgmmaConfig](sk: Int) raises:
         fill_nan[dtype](ctx, op, m * n)
+        announce(String(cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp))
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
         var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
         var good = r.rel_err <= TOL and r.nan_count == 0
-        print("    direct ", cfg.with_split_k(sk), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
+        print("    direct ", cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
               r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
 
@@ -109,10 +134,11 @@ def mma_warp_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bo
     @__parameter
     def one[cfg: Int4GemmConfig](sk: Int) raises:
         fill_nan[dtype](ctx, op, m * n)
+        announce(String("mma ", cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp))
         launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
         var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
         var good = r.rel_err <= TOL and r.nan_count == 0
-        print("    direct mma ", cfg.with_split_k(sk), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
+        print("    direct mma ", cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
               r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
 
@@ -123,6 +149,65 @@ def mma_warp_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bo
         one[CFG_M16](splits[i])
         one[CFG_M16_NARROW](splits[i])
         one[CFG_M16_K8](splits[i])
+    return ok
+
+
+def forced_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+    ctx: DeviceContext, op: Pointer[Scalar[dtype], MutAnyOrigin], xp: Pointer[Scalar[dtype], MutAnyOrigin],
+    qp: Pointer[UInt32, MutAnyOrigin], sp: Pointer[Scalar[dtype], MutAnyOrigin],
+    zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
+    refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int,
+) raises -> Bool:
+    """The kernels of the forced Ampere and portable paths on this GPU, against `refbuf`: every
+    mma.sync config built as the Ampere path builds it (no clusters, split 1, the sm_89 shared
+    memory budget; PIPE_WARP configs for M <= 16, the CTA-ring ones above), then the op's
+    launcher with FORCE_AMPERE and FORCE_PORTABLE."""
+    var ok = True
+
+    @always_inline
+    @__parameter
+    def check(what: String) raises:
+        var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    ", what, " M=", m, " N=", n, " Kp=", kp, ": rel err ", r.rel_err, " unwritten ",
+              r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        ok = ok and good
+
+    @always_inline
+    @__parameter
+    def ampere[cfg: Int4GemmConfig]() raises:
+        fill_nan[dtype](ctx, op, m * n)
+        announce(String("ampere mma ", cfg, " M=", m, " N=", n, " Kp=", kp))
+        launch_int4_gemm_mma[dtype, group_size, has_zeros, has_bias, cfg, False, SMEM_BUDGET_AMPERE_SMALL](
+            op, xp, qp, sp, zp, bp, m, n, kp, np_, 1, ctx)
+        check(String("ampere direct mma ", cfg))
+
+    if m <= 8:
+        ampere[CFG_M8]()
+        ampere[CFG_M8_NARROW]()
+    if m <= 16:
+        ampere[CFG_M16]()
+        ampere[CFG_M16_NARROW]()
+        ampere[CFG_M16_K8]()
+    else:
+        ampere[CFG_M32]()
+        ampere[CFG_M64]()
+        ampere[CFG_LARGE]()
+    var groups = 1 if group_size <= 0 else kp // group_size
+    var out_shape = IndexList[2](m, n)
+    var x_shape = IndexList[2](m, kp)
+    var q_shape = IndexList[2](np_ // 64, kp * 8)
+    var s_shape = IndexList[2](groups, np_)
+    fill_nan[dtype](ctx, op, m * n)
+    announce(String("forced ampere M=", m, " N=", n, " Kp=", kp))
+    launch_int4_gemm[dtype, group_size, has_zeros, has_bias, "gpu", FORCE_AMPERE](
+        op, xp, qp, sp, zp, bp, out_shape, x_shape, q_shape, s_shape, s_shape, n, ctx)
+    check(String("forced ampere ", int4_gpu_plan_text(m, n, kp, group_size, has_zeros, "sm_90a", FORCE_AMPERE)))
+    fill_nan[dtype](ctx, op, m * n)
+    announce(String("forced portable M=", m, " N=", n, " Kp=", kp))
+    launch_int4_gemm[dtype, group_size, has_zeros, has_bias, "gpu", FORCE_PORTABLE](
+        op, xp, qp, sp, zp, bp, out_shape, x_shape, q_shape, s_shape, s_shape, n, ctx)
+    check(String("forced portable ", int4_gpu_plan_text(m, n, kp, group_size, has_zeros, "sm_90a", FORCE_PORTABLE)))
     return ok
 
 
@@ -188,6 +273,7 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     for si in range(len(splits)):
         var sk = splits[si]
         fill_nan[dtype](ctx, op, m * n)
+        announce(String(int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, sk), " M=", m, " N=", n, " Kp=", kp))
         int4_gemm_gpu[dtype, group_size, has_zeros, has_bias](
             op, x.unsafe_ptr().as_unsafe_any_origin(), qw.unsafe_ptr().as_unsafe_any_origin(),
             s.unsafe_ptr().as_unsafe_any_origin(), z.unsafe_ptr().as_unsafe_any_origin(),
@@ -209,9 +295,11 @@ def fixture_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     return ok
 
 
-def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
+def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, forced: Bool = False](
     ctx: DeviceContext, m: Int, n: Int, kp: Int
 ) raises -> Bool:
+    """Parameter `forced`: also `forced_checks` (compiled for a few instantiations only: each one builds
+    every mma.sync config once more, without clusters)."""
     var np_ = (n + 63) // 64 * 64
     var groups = kp // (kp if group_size <= 0 else group_size)
     var qw = ctx.enqueue_create_buffer[DType.uint32](np_ // 64 * kp * 8)
@@ -238,6 +326,7 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
     var splits: List[Int] = [0, 1, 4, 8]
     for si in range(len(splits)):
         fill_nan[dtype](ctx, op, m * n)
+        announce(String(int4_gemm_gpu_config(m, n, kp, group_size, has_zeros, splits[si]), " M=", m, " N=", n, " Kp=", kp))
         int4_gemm_gpu[dtype, group_size, has_zeros, has_bias](op, xp, qp, sp, zp, bp, m, n, kp, ctx, split_k=splits[si])
         var r = compare_rows[dtype](ctx, op, refn, n, 1, m)
         var good = r.rel_err <= TOL and r.nan_count == 0
@@ -250,6 +339,8 @@ def random_case[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool](
     if m <= 16:
         var msplits: List[Int] = [1, 2, 4, 8]
         ok = mma_warp_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_, msplits) and ok
+    comptime if forced:
+        ok = forced_checks[dtype, group_size, has_zeros, has_bias](ctx, op, xp, qp, sp, zp, bp, refn, m, n, kp, np_) and ok
     return ok
 
 
@@ -260,6 +351,10 @@ def main() raises:
     var args = argv()
     if len(args) > 1:
         path = String(args[1])
+    var small = small_mode()
+    # the build's racecheck switches (all at their defaults in the normal build)
+    print("build: INT4_SMEM_BUDGET=", INT4_SMEM_BUDGET, " INT4_MAX_SPLIT=", INT4_MAX_SPLIT,
+          " INT4_SETMAXNREG=", INT4_SETMAXNREG, " small=", small, flush=True)
     var data: List[UInt8]
     with open(path, "r") as f:
         data = f.read_bytes()
@@ -275,15 +370,19 @@ def main() raises:
     if ncases != 5 or off != len(data):
         print("fixture: expected 5 cases and", len(data), "bytes, read", off, flush=True)
         ok = False
-    ok = random_case[DType.float16, 128, True, True](ctx, 33, 1000, 2048) and ok
-    ok = random_case[DType.bfloat16, -1, True, False](ctx, 3, 4096, 4096) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 7, 520, 1024) and ok
-    ok = random_case[DType.float16, 128, False, True](ctx, 16, 1536, 3072) and ok
+    # forced = True: also the forced Ampere / portable paths (M = 33: CFG_M64, M = 130:
+    # CFG_LARGE, M = 7 / 3: the M <= 8 configs, M = 16: the 9..16 ones, all without clusters)
+    ok = random_case[DType.float16, 128, True, True, True](ctx, 33, 1000, 2048) and ok
+    ok = random_case[DType.bfloat16, -1, True, False, True](ctx, 3, 4096, 4096) and ok
+    ok = random_case[DType.bfloat16, 32, True, True, True](ctx, 7, 520, 1024) and ok
+    ok = random_case[DType.float16, 128, False, True, True](ctx, 16, 1536, 3072) and ok
     # wgmma-sized: many M-tiles (raster groups), N tails (partial CTA band sets), per-channel, g32
-    ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024) and ok
+    if not small:
+        ok = random_case[DType.bfloat16, 64, True, False](ctx, 1200, 2112, 1024) and ok
     ok = random_case[DType.float16, -1, False, True](ctx, 200, 4096, 2048) and ok
-    ok = random_case[DType.bfloat16, 32, True, True](ctx, 130, 1000, 1024) and ok
-    ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
+    ok = random_case[DType.bfloat16, 32, True, True, True](ctx, 130, 1000, 1024) and ok
+    if not small:
+        ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
     print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)

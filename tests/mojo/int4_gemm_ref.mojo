@@ -1,5 +1,5 @@
-"""Helpers shared by the W4A16 GPU test and benchmark (standalone programs, see
-../shared/gpu/README.md): random fills on the device, a naive fp32 reference kernel that decodes
+"""Helpers shared by the W4A16 GPU test and benchmark (standalone programs, built with
+scripts/build-gpu-bin): random fills on the device, a naive fp32 reference kernel that decodes
 the packed layout element by element (inverse index map of mojo_gemm/int4/layout.py), comparison, and a
 GPU-timed launch loop.
 """

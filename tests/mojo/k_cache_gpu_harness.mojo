@@ -5,8 +5,12 @@
 # (must be 0). Covers the wgmma (both tile configs), mma.sync split-K and SIMT kernels, K and V
 # halves, bf16/fp8 caches, padded page_stride, bad LUT entries, T = 0; the quantizer must match
 # the CPU bit for bit. Then times decode and prefill (N = 1024, K = 7168) with a host loop and
-# with device events. From the repository root:
-#   mojo build -I . --target-accelerator sm_90a k_cache_gpu_harness.mojo -o h && ./h
+# with device events. Forced Ampere / portable paths (FORCE_* of common/target.mojo) run the
+# mma.sync and SIMT kernels through the same launcher. From the repository root:
+#   scripts/build-gpu-bin tests/mojo/k_cache_gpu_harness.mojo
+#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/k_cache_gpu_harness [--sanitize]
+# --sanitize (scripts/gpu-check --sanitize): every correctness case, no timing (the timing-only
+# cases are skipped, repeat checks run twice), so that compute-sanitizer's tools stay quick.
 from extensibility import InputTensor, OutputTensor, _MutableInputTensor, StaticTensorSpec
 from extensibility.managed_tensor_slice import get_row_major_tensor_spec_static
 from max.gpu.host import DeviceContext
@@ -16,6 +20,9 @@ from std.memory.alloc import unsafe_alloc
 from std.time import perf_counter_ns
 from std.utils.index import IndexList
 from std.math import ceildiv
+from std.sys import argv
+
+from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, gpu_arch, gpu_path, has_fp8_mma
 
 from mojo_kernels.k_cache_matmul.entry import kv_matmul_ragged_paged_scale
 from mojo_kernels.k_cache_matmul.dispatch import k_cache_gpu_plan_text
@@ -43,9 +50,18 @@ struct Rng:
         return Float32(Int((self.s >> 33) % 2000001)) / 1000000.0 - 1.0
 
 
+def sanitize_mode() -> Bool:
+    """`--sanitize` on the command line: correctness only (see the file comment)."""
+    var args = argv()
+    for i in range(1, len(args)):
+        if args[i] == "--sanitize":
+            return True
+    return False
+
+
 def run_case[
     cache_dtype: DType, H: Int, D: Int, L: Int, PAGE: Int, PAGES: Int, gm: Int, gn: Int, gk: Int,
-    half: Int = K_HALF,
+    half: Int = K_HALF, force: Int = 0,
 ](
     ctx: DeviceContext, name: String, K: Int, lengths: List[Int], cache_lens: List[Int],
     pad: Int, per_head_scale: Bool, check: Bool, iters: Int, bad_lut: Bool = False, wcopies: Int = 1,
@@ -56,8 +72,14 @@ def run_case[
     weight smaller than L2 is still read from HBM (as in a model, where every layer has its own).
     repeats > 0: runs the op that many more times on a freshly poisoned cache and requires every
     run to be bit-identical to the first (the kernels are deterministic, so a difference is a
-    race: e.g. a consumer passing an mbarrier phase early).
+    race: e.g. a consumer passing an mbarrier phase early). force: a FORCE_* value.
+    In --sanitize mode: no timing, timing-only cases (check False) skipped, at most 2 repeats.
     """
+    var quick = sanitize_mode()
+    if quick and not check:
+        return
+    var n_iters = 0 if quick else iters
+    var n_repeats = min(repeats, 2) if quick else repeats
     comptime N = H * D
     comptime PAGE_ELEMS = 2 * L * PAGE * N
     comptime Blocks = _MutableInputTensor[
@@ -157,7 +179,7 @@ def run_case[
                           var lut_cols, var nkv, var layer, var ctx, var calls, var wcopies}:
         var w_ptr = d_w.unsafe_ptr().unsafe_offset((calls[] % wcopies) * N * K)
         calls[] += 1
-        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu"](
+        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu", force](
             In2[FP8](d_x.unsafe_ptr(), IndexList[2](T, K)),
             In1[DType.uint32](d_off.unsafe_ptr(), IndexList[1](B + 1)),
             In2[FP8](w_ptr, IndexList[2](N, K)),
@@ -176,7 +198,8 @@ def run_case[
     ctx.synchronize()
     print("==", name, ": half", "K" if half == K_HALF else "V", " T =", T, " B =", B, " K =", K, " N =", N, " gran =", gm, gn, gk,
           " cache", cache_dtype, " pad", pad)
-    print("   plan:", k_cache_gpu_plan_text[gm, gn, gk](plan_shape(T, N, K, K, K)))
+    print("   plan:", k_cache_gpu_plan_text[gm, gn, gk, gpu_path[force](), has_fp8_mma(gpu_arch())](
+        plan_shape(T, N, K, K, K)))
 
     if check:
         var g_arena = unsafe_alloc[Scalar[cache_dtype]](arena_len)
@@ -229,13 +252,13 @@ def run_case[
               "PASS" if one_sided == 0 and rel < 1e-2 and written <= expect and (written > expect * 9 // 10 or expect == 0 or bad_lut) else "FAIL")
         g_arena.unsafe_free()
 
-    if repeats > 0:
+    if n_repeats > 0:
         var first = unsafe_alloc[Scalar[cache_dtype]](arena_len)
         var again = unsafe_alloc[Scalar[cache_dtype]](arena_len)
         ctx.enqueue_copy(first, d_arena)
         ctx.synchronize()
         var differing_runs = 0
-        for _ in range(repeats):
+        for _ in range(n_repeats):
             for i in range(arena_len):
                 again[unsafe_offset=i] = poison
             ctx.enqueue_copy(d_arena, again)
@@ -248,21 +271,21 @@ def run_case[
                     differing += 1
             if differing > 0:
                 differing_runs += 1
-        print("   repeats", repeats, " runs differing from the first:", differing_runs,
+        print("   repeats", n_repeats, " runs differing from the first:", differing_runs,
               "PASS" if differing_runs == 0 else "FAIL")
         first.unsafe_free()
         again.unsafe_free()
 
-    if iters > 0:
+    if n_iters > 0:
         for _ in range(3):
             run_gpu()
         ctx.synchronize()
         var t0 = perf_counter_ns()
-        for _ in range(iters):
+        for _ in range(n_iters):
             run_gpu()
         ctx.synchronize()
-        var dt = Float64(perf_counter_ns() - t0) / 1e9 / Float64(iters)
-        var ev = Float64(ctx.execution_time(run_gpu, iters)) / 1e9 / Float64(iters)
+        var dt = Float64(perf_counter_ns() - t0) / 1e9 / Float64(n_iters)
+        var ev = Float64(ctx.execution_time(run_gpu, n_iters)) / 1e9 / Float64(n_iters)
         var gbs = Float64(N * K + T * K) / dt / 1e9
         var tflops = 2.0 * Float64(T) * Float64(N) * Float64(K) / dt / 1e12
         print("   time/call", dt * 1e6, "us (host loop),", ev * 1e6, "us (device events)   ", gbs,
@@ -278,7 +301,11 @@ def bits[dt: DType](x: Scalar[dt]) -> Int:
 
 
 def quant_case[in_dtype: DType, block: Int](ctx: DeviceContext, T: Int, H: Int, iters: Int) raises:
-    """Checks quantize_fp8_rows on the GPU against the CPU: data bits and scales must be identical."""
+    """Checks quantize_fp8_rows on the GPU against the CPU: data bits and scales must be identical.
+    Timing-only calls (T * H large, iters > 0) are skipped in --sanitize mode."""
+    var quick = sanitize_mode()
+    if quick and iters > 0 and T * H > 1 << 20:
+        return
     var nkb = ceildiv(H, block)
     var rng = Rng(UInt64(T * 31 + H))
     var h_x = unsafe_alloc[Scalar[in_dtype]](max(T * H, 1))
@@ -325,7 +352,7 @@ def quant_case[in_dtype: DType, block: Int](ctx: DeviceContext, T: Int, H: Int, 
             bad_s += 1
     print("== quantize_fp8_rows", in_dtype, "block", block, ": T =", T, " H =", H, "  differing data",
           bad_q, " differing scales", bad_s, "PASS" if bad_q == 0 and bad_s == 0 else "FAIL")
-    if iters > 0:
+    if iters > 0 and not quick:
         for _ in range(3):
             run_gpu()
         ctx.synchronize()
@@ -433,6 +460,23 @@ def main() raises:
         ctx, "V fp8 per-head (wgmma)", 2048, [100, 1, 199], [0, 3, 250], 512, True, True, 0)
     run_case[DType.bfloat16, 2, 64, 2, 128, 16, 2, 64, 32, V_HALF](
         ctx, "V simt gran 2x64x32", 200, [5, 0, 12], [3, 0, 120], 0, False, True, 0)
+    # forced paths (the kernels an Ampere GPU or the portable path runs, on this GPU): the
+    # mma.sync configs MMA_DECODE (T <= 16), MMA_MID (T <= 128), MMA_PREFILL (T > 128),
+    # MMA_DECODE_LARGE_N and MMA_MID_LARGE_N (N >= 4096), then the SIMT kernel for every call
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, K_HALF, FORCE_AMPERE](
+        ctx, "forced ampere decode", 1024, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 200], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 8, 128, 2, 128, 64, 1, 128, 128, K_HALF, FORCE_AMPERE](
+        ctx, "forced ampere T=40 fp8 per-head", 1024, [17, 23], [5, 130], 0, True, True, 0)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, K_HALF, FORCE_AMPERE](
+        ctx, "forced ampere T=300 padded", 1024, [150, 0, 150], [3, 0, 200], 512, False, True, 0)
+    run_case[DType.bfloat16, 33, 128, 1, 128, 16, 1, 128, 128, K_HALF, FORCE_AMPERE](
+        ctx, "forced ampere large-N T=8", 1024, rep(8, 1), [0, 1, 127, 128, 300, 5, 17, 200], 0, False, True, 0)
+    run_case[DType.bfloat16, 33, 128, 1, 128, 16, 1, 128, 128, K_HALF, FORCE_AMPERE](
+        ctx, "forced ampere large-N T=100", 1024, [60, 1, 39], [0, 130, 7], 0, False, True, 0)
+    run_case[DType.bfloat16, 8, 128, 2, 128, 64, 1, 128, 128, K_HALF, FORCE_PORTABLE](
+        ctx, "forced portable T=40", 1024, [17, 23], [5, 130], 0, False, True, 0)
+    run_case[DType.float8_e4m3fn, 8, 128, 2, 128, 64, 1, 128, 128, V_HALF, FORCE_PORTABLE](
+        ctx, "forced portable V fp8 per-head T=200", 1024, [100, 1, 99], [0, 3, 250], 0, True, True, 0)
     # the activation quantizer: bit-identical to the CPU path
     quant_case[DType.bfloat16, 128](ctx, 37, 7168, 0)
     quant_case[DType.float16, 64](ctx, 5, 200, 0)

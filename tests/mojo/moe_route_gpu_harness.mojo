@@ -4,9 +4,13 @@
 # output must match exactly (the data has no near-ties: integer-valued x and w make every float32
 # logit exact in any summation order), weights to 1e-6. Then times decode and prefill at OLMoE
 # sizes (H = 2048, E = 64, k = 8) with a host loop. From the repository root:
-#   mojo build -I . --target-accelerator sm_90a tests/mojo/moe_route_gpu_harness.mojo -o h && ./h
+#   scripts/build-gpu-bin tests/mojo/moe_route_gpu_harness.mojo
+#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/moe_route_gpu_harness [--sanitize]
+# --sanitize (scripts/gpu-check --sanitize): the same cases without timing. Exit code 1 on any
+# failure.
 from max.gpu.host import DeviceContext
 from std.memory.alloc import unsafe_alloc
+from std.sys import argv, exit
 from std.time import perf_counter_ns
 
 from mojo_kernels.moe_route.cpu import group_rows_cpu, route_tokens_cpu
@@ -106,7 +110,11 @@ def run_case[dtype: DType](ctx: DeviceContext, T: Int, H: Int, E: Int, K: Int, i
     bad += Int(g_st[unsafe_offset=0] != c_st[unsafe_offset=0]) + Int(g_st[unsafe_offset=1] != c_st[unsafe_offset=1])
     var ok = bad == 0 and wbad == 0
     var us = Float64(0)
-    if iters > 0:
+    var quick = False  # --sanitize: no timing loop
+    var args = argv()
+    for i in range(1, len(args)):
+        quick = quick or args[i] == "--sanitize"
+    if iters > 0 and not quick:
         for _ in range(3):
             run_gpu()
         ctx.synchronize()
@@ -136,3 +144,5 @@ def main() raises:
     ok = run_case[DType.bfloat16](ctx, 512, 2048, 64, 8, 200) and ok
     ok = run_case[DType.bfloat16](ctx, 4096, 2048, 64, 8, 50) and ok
     print("ALL PASS" if ok else "SOME FAILED")
+    if not ok:
+        exit(1)

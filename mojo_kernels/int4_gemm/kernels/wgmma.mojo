@@ -57,7 +57,7 @@ from std.memory import bitcast
 from std.math import ceildiv
 
 from ..config import (
-    Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90,
+    Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90, INT4_MAX_SPLIT,
     wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
     cluster_wave_cap,
 )
@@ -608,6 +608,13 @@ def launch_int4_gemm_wgmma[
         var split = split_k if split_k > 0 else choose_wgmma_split_k(r, m, n, kp)
         if split < 1 or split > 8:
             raise Error("multistage_gemm_q: split_k must be in 1..8, got ", split)
+        var capped = False
+        comptime if INT4_MAX_SPLIT < 8:
+            # racecheck build (config.INT4_MAX_SPLIT): clusters of at most INT4_MAX_SPLIT; a
+            # split capped down to 1 still launches the cluster kernel (as wk = 2 does), so its
+            # DSMEM reduction code runs, on one CTA without a cluster launch
+            capped = split > INT4_MAX_SPLIT
+            split = min(split, INT4_MAX_SPLIT)
         var xt = TileTensor(x, row_major(Coord(m, kp)))
         var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
         comptime kernel = int4_gemm_wgmma_kernel[
@@ -620,7 +627,7 @@ def launch_int4_gemm_wgmma[
         var grid = (ntn * split, ceildiv(m, r.nt))
         var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
         comptime if r.wk == 1:
-            if split == 1:
+            if split == 1 and not capped:
                 ctx.enqueue_function[direct](
                     tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
                     grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
