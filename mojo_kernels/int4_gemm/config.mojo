@@ -38,6 +38,11 @@ comptime INT4_SETMAXNREG = get_defined_int["INT4_SETMAXNREG", 1]()
 """0 (`-D INT4_SETMAXNREG=0`): the wgmma kernel skips its setmaxnreg register split (consumers
 keep the launch allocation: ptxas may spill, results are unchanged). Default 1."""
 
+comptime INT4_WAIT_LIMIT_MS = get_defined_int["INT4_WAIT_LIMIT_MS", 2000]()
+"""An mbarrier wait of the wgmma kernel longer than this traps, so a deadlock fails the launch
+instead of hanging the device (`-D INT4_WAIT_LIMIT_MS=N`; default 2 s, far above any real wait).
+Sanitizer builds raise it: under racecheck a kernel runs orders of magnitude slower."""
+
 comptime MIN_STAGES = 3
 """The resolver never goes below this many pipeline stages."""
 

@@ -57,17 +57,18 @@ from std.memory import bitcast
 from std.math import ceildiv
 
 from ..config import (
-    Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90, INT4_MAX_SPLIT,
+    Int4WgmmaConfig, WG_BK, WG_KT, SMEM_BUDGET_SM90, INT4_MAX_SPLIT, INT4_WAIT_LIMIT_MS,
     wgmma_scale_rows, wgmma_ring_bytes, wgmma_smem_usage, try_resolve_wgmma_config, wgmma_smem_budget,
     cluster_wave_cap,
 )
 from .mma import magic_value, nibble_pair
+from ...common.sync import role_barrier
 
 comptime F32 = DType.float32
 comptime SW128 = TensorMapSwizzle.SWIZZLE_128B
 comptime RASTER_GROUP_M = 8
 """M-tiles per raster group when split_k == 1 (see the module doc)."""
-comptime WAIT_LIMIT_NS = 2_000_000_000
+comptime WAIT_LIMIT_NS = INT4_WAIT_LIMIT_MS * 1_000_000
 """An mbarrier wait longer than this traps (a bug, never a legitimate wait)."""
 
 
@@ -285,7 +286,7 @@ def int4_gemm_wgmma_kernel[
     if tid == 0:
         comptime for s in range(S):
             full[unsafe_offset=s].init(1)
-            empty[unsafe_offset=s].init(Int32(NWG))
+            empty[unsafe_offset=s].init(Int32(NWG * 128))  # every thread of the stage's consumers
         _fence_mbarrier_init()
     barrier()
 
@@ -340,12 +341,12 @@ def int4_gemm_wgmma_kernel[
         # the consumers' epilogue barriers (none when they store their fragments directly)
         comptime if staged:
             comptime for _ in range(WK):
-                barrier()
+                role_barrier()
             if nsplit > 1:
                 cluster_sync()
                 cluster_sync()
             else:
-                barrier()
+                role_barrier()
     else:
         # ------------------------------ consumers ------------------------------
         comptime if cfg.uses_setmaxnreg():
@@ -406,9 +407,10 @@ def int4_gemm_wgmma_kernel[
                 var afr = dequant_batch[g](s)
                 mma_batch[g](afr, s)
                 wgmma_wait_group_sync[0]()
-            # every wgmma reading this stage has retired: hand the slot back
-            if cw % 128 == 0:
-                _ = empty[unsafe_offset=s].arrive()
+            # every wgmma reading this stage has retired and this thread's own shared-memory
+            # reads (packed weights, scales) are done: each consumer thread hands the slot back
+            # itself, so the producer's wait orders every read before the refill
+            _ = empty[unsafe_offset=s].arrive()
         wgmma_wait_group_sync[0]()
 
         # ---------------------------- epilogue ----------------------------
@@ -424,7 +426,7 @@ def int4_gemm_wgmma_kernel[
         # split K or warp-k partitions: accumulators -> fp32 tile in the drained ring -> sum
         # over the warp-k partitions and the split-K cluster -> bias, cast, row-contiguous
         # 8-byte stores (see _store_tile)
-        barrier()  # every consumer warpgroup is done with the ring (the producer joins)
+        role_barrier()  # every consumer warpgroup is done with the ring (the producer joins)
         comptime for kp in range(WK):  # warp-k partitions add up in turn
             if kw == kp:
                 comptime for i in range(FPW):
@@ -442,11 +444,11 @@ def int4_gemm_wgmma_kernel[
                             p[unsafe_offset=8] += acc[i][4 * j + 2]
                             p[unsafe_offset=RED_RS + 8] += acc[i][4 * j + 3]
             comptime if kp + 1 < WK:
-                barrier()
+                role_barrier()
         if nsplit > 1:
             cluster_sync()
         else:
-            barrier()
+            role_barrier()
         _store_tile[dtype, has_bias, NT, NB * 64, NCT](red_s, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
         if nsplit > 1:
             cluster_sync()  # peers' shared memory must outlive every remote read

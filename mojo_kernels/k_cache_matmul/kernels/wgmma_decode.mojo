@@ -53,6 +53,7 @@ from kv_cache.types import KVCacheT
 
 from ...common.target import SMEM_BUDGET_SM90
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ...common.sync import role_barrier
 from .wgmma import BK, SW
 from ..layout import (
     F32Ptr,
@@ -320,7 +321,7 @@ def _wgmma_decode_kernel[
                     # thread's stores would wait on it (a visible tail at T = 64)
                     addr = Int(k_cache.block_paged_ptr[1](slot[0], slot[1], 0, 0))
                 rows[unsafe_offset=tl] = Int64(addr)
-        barrier()  # the consumers' accumulators are in shared memory; they store them
+        role_barrier()  # the consumers' accumulators are in shared memory; they store them
         comptime if P > 1:
             cluster_sync()  # the consumers' sums are final in every CTA of the cluster
             cluster_sync()  # peers' shared memory must outlive every remote read
@@ -429,7 +430,7 @@ def _wgmma_decode_kernel[
             var tl = 8 * j + 2 * (lane % 4) + q % 2
             var rl = r_lo + 8 * (q // 2)
             out_c[unsafe_offset=tl * OUT_STRIDE + rl] = rebind[Float32](accum[0, 4 * j + q])
-    barrier()
+    role_barrier()  # joins the producer's role_barrier above
 
     comptime VEC = 16 // size_of[cache_t.dtype]()
     comptime CHUNKS = ROWS // VEC
