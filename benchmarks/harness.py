@@ -1,4 +1,4 @@
-"""Shared benchmark harness: the timing method of shared/reference/README.md, JSON and tables.
+"""Shared benchmark harness: the timing method of every benchmark, JSON and tables.
 
 - MAX graphs (our ops, MAX's built-ins): one graph applies the op R times to R distinct
   activation copies (MAX merges identical ops), rotating >= 4 weight copies when the weights
@@ -32,7 +32,7 @@ from typing import Any
 L2_BYTES = 60e6
 """H200 L2 size: weights below it are rotated over several copies."""
 H200_BANDWIDTH = 4.24e12
-"""Measured device copy bandwidth (bytes/s), shared/reference/README.md."""
+"""Measured device-to-device copy bandwidth of the H200 (bytes/s, L2 flushed)."""
 H200_BF16_FLOPS = 728e12
 """Measured cuBLAS bf16 8192³ rate (FLOP/s)."""
 

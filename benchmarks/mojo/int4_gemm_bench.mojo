@@ -82,7 +82,7 @@ def m_value(j: Int) -> Int:
 
 
 def cublas_us(layer: Int, mj: Int) -> Float64:
-    """The cuBLAS bf16 (torch.matmul) µs on our H200: shared/reference/h200-2026-11-29/baselines_torch.json."""
+    """The cuBLAS bf16 (torch.matmul) µs measured on the H200 (do_bench, L2 flushed) for the benchmark's layers."""
     var t: List[Float64] = [
         23.008, 22.752, 23.360, 26.912, 72.160, 281.088,        # 8B.qkv
         19.200, 18.080, 19.552, 24.576, 47.072, 188.032,        # 8B.o
