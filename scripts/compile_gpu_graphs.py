@@ -1,11 +1,14 @@
 """Compiles every op's GPU graph for a GPU target on a machine without a GPU (CI).
 
-    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
+    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph [--grouped]]
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
 the rest CUDA): the graphs are compiled, nothing runs. By default option combinations are
 covered pairwise in one graph per op; --one-graph compiles a single graph holding one instance
-of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a).
+of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a);
+--grouped adds grouped_matmul's own graph (compile_grouped) to it, in the same process, so that
+a target whose grouped kernel needs its own check (sm_100a: cta_group 1 and 2) pays the start-up
+of MAX and the virtual device once.
 """
 
 from __future__ import annotations
@@ -348,6 +351,8 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
+    parser.add_argument("--grouped", action="store_true",
+                        help="with --one-graph: also grouped_matmul's specializations graph")
     parser.add_argument("--sharded", action="store_true",
                         help="only the 2-device tensor-parallel int4 graph (2 virtual devices)")
     args = parser.parse_args()
@@ -355,7 +360,9 @@ def main() -> None:
     driver.set_virtual_device_target_arch(args.arch)
     driver.set_virtual_device_count(2 if args.sharded else 1)
     builds = ((SHARDED_NAME, compile_sharded_int4),) if args.sharded else (
-        (ONE_GRAPH_NAME, compile_every_op),) if args.one_graph else (
+        (ONE_GRAPH_NAME, compile_every_op),
+        *((("grouped_matmul_sm100_persistent", compile_grouped),) if args.grouped else ()),
+    ) if args.one_graph else (
         ("multistage_gemm_q", compile_int4),
         ("grouped_matmul_sm100_persistent", compile_grouped),
         ("k_matmul_ragged_paged_scale", compile_k_cache),
