@@ -1,11 +1,15 @@
 """Compiles every op's GPU graph for a GPU target on a machine without a GPU (CI).
 
-    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
+    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph [--grouped]]
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
 the rest CUDA): the graphs are compiled, nothing runs. By default option combinations are
-covered pairwise in one graph per op; --one-graph compiles a single graph holding one instance
-of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a).
+covered pairwise (int4 and PagedKVProjection in a graph each, grouped_matmul, the K-cache op
+and moe_route together in one); --one-graph compiles a single graph holding one instance
+of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a);
+--grouped adds grouped_matmul's own graph (compile_grouped) to it, in the same process, so that
+a target whose grouped kernel needs its own check (sm_100a: cta_group 1 and 2) pays the start-up
+of MAX and the virtual device once.
 """
 
 from __future__ import annotations
@@ -63,10 +67,31 @@ def compile_grouped() -> None:
     token tiles (and the TMA-less fallback); on sm_100a the SM100 kernel with cta_group 1 and
     2 (the plane instance's splits are multiples of 256, so it takes the 2-SM path too).
     """
+    _compile_parts("grouped_gpu_compile", [_grouped_part()])
+
+
+def _compile_parts(name: str, parts: list) -> None:  # type: ignore[type-arg]
+    """Compiles ONE graph holding every part: a part is (input types, build), build taking its
+    inputs and returning its outputs. One graph instead of one per op saves the per-graph cost
+    of MAX's compile (about 30 CPU-s) for each part after the first."""
     from max.driver import CPU, Accelerator
-    from max.dtype import DType
     from max.engine import InferenceSession
-    from max.graph import BufferType, DeviceRef, Graph, TensorType
+    from max.graph import Graph
+
+    types = [t for part_types, _ in parts for t in part_types]
+    with Graph(name, input_types=types) as graph:
+        inputs, outputs = list(graph.inputs), []
+        for part_types, build in parts:
+            mine, inputs = inputs[:len(part_types)], inputs[len(part_types):]
+            outputs += build(mine)
+        graph.output(*outputs)
+    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+
+
+def _grouped_part():  # type: ignore[no-untyped-def]
+    """compile_grouped's instances as a part of _compile_parts."""
+    from max.dtype import DType
+    from max.graph import BufferType, DeviceRef, TensorType
 
     from mojo_gemm.grouped.op import grouped_matmul
 
@@ -85,15 +110,17 @@ def compile_grouped() -> None:
         TensorType(DType.int32, ["g"], gpu),
         TensorType(DType.uint32, [2], gpu),
     ]
-    with Graph("grouped_gpu_compile", input_types=types) as graph:
-        a1, b1, a2, b2, c2, rs, a3, b3, offs, ids, stats = graph.inputs
+
+    def build(inputs):  # type: ignore[no-untyped-def]
+        a1, b1, a2, b2, c2, rs, a3, b3, offs, ids, stats = inputs
         route = (offs.tensor, ids.tensor, stats.tensor)
         y1 = grouped_matmul(a1.tensor, b1.tensor, *route)
         grouped_matmul(a2.tensor, b2.tensor, *route, swiglu=True, row_scale=rs.tensor,
                        out=c2.buffer)
         y3 = grouped_matmul(a3.tensor, b3.tensor, *route, a_plane_splits=(256, 512))
-        graph.output(y1, y3)
-    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+        return [y1, y3]
+
+    return types, build
 
 
 def compile_k_cache() -> None:
@@ -102,10 +129,13 @@ def compile_k_cache() -> None:
     Granularity (1, 128, 128) builds the TMA + wgmma kernel (both tile configs) and the mma.sync
     split-K kernel, (2, 64, 32) the SIMT fallback; bf16 and fp8 caches, per-head kv_scale.
     """
-    from max.driver import CPU, Accelerator
+    _compile_parts("k_cache_gpu_compile", [_k_cache_part()])
+
+
+def _k_cache_part():  # type: ignore[no-untyped-def]
+    """compile_k_cache's instances as a part of _compile_parts."""
     from max.dtype import DType
-    from max.engine import InferenceSession
-    from max.graph import BufferType, DeviceRef, Graph, TensorType
+    from max.graph import BufferType, DeviceRef, TensorType
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
     from mojo_gemm.k_cache.op import k_matmul_ragged_paged_scale
@@ -137,8 +167,9 @@ def compile_k_cache() -> None:
         ]
         if heads is not None:
             types.append(TensorType(DType.float32, [heads], gpu))
-    with Graph("k_cache_gpu_compile", input_types=types) as graph:
-        it = iter(graph.inputs)
+
+    def build(inputs):  # type: ignore[no-untyped-def]
+        it = iter(inputs)
         offsets = next(it).tensor
         for dt, _k, gran, heads in configs:
             p = MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2,
@@ -151,8 +182,9 @@ def compile_k_cache() -> None:
             kv_scale = next(it).tensor if heads is not None else None
             k_matmul_ragged_paged_scale(p, x.tensor, offsets, w.tensor, xs.tensor, ws.tensor, coll,
                                         gran, 1, kv_scale=kv_scale)
-        graph.output()
-    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+        return []
+
+    return types, build
 
 
 def compile_kv_projection() -> None:
@@ -215,10 +247,13 @@ def compile_kv_projection() -> None:
 def compile_moe_route() -> None:
     """Compiles one graph with two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16
     E = 5 top-5 at H = 96): the router and grouping kernels of each dtype; symbolic T."""
-    from max.driver import CPU, Accelerator
+    _compile_parts("moe_route_gpu_compile", [_moe_route_part()])
+
+
+def _moe_route_part():  # type: ignore[no-untyped-def]
+    """compile_moe_route's instances as a part of _compile_parts."""
     from max.dtype import DType
-    from max.engine import InferenceSession
-    from max.graph import DeviceRef, Graph, TensorType
+    from max.graph import DeviceRef, TensorType
 
     from mojo_gemm.router.op import moe_route
 
@@ -226,15 +261,27 @@ def compile_moe_route() -> None:
     configs = [(DType.bfloat16, 2048, 64, 8), (DType.float16, 96, 5, 5)]
     types = []
     for dt, h, e, _ in configs:
-        types += [TensorType(dt, ["t", h], gpu), TensorType(dt, [e, h], gpu)]
-    with Graph("moe_route_gpu_compile", input_types=types) as graph:
+        types += [TensorType(dt, ["tr", h], gpu), TensorType(dt, [e, h], gpu)]
+
+    def build(inputs):  # type: ignore[no-untyped-def]
         outs = []
         for n, (*_, k) in enumerate(configs):
-            r = moe_route(graph.inputs[2 * n].tensor, graph.inputs[2 * n + 1].tensor, k)
+            r = moe_route(inputs[2 * n].tensor, inputs[2 * n + 1].tensor, k)
             outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
                      r.a_offsets, r.expert_usage_stats]
-        graph.output(*outs)
-    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+        return outs
+
+    return types, build
+
+
+def compile_grouped_k_cache_moe_route() -> None:
+    """compile_grouped, compile_k_cache and compile_moe_route in ONE graph (the same instances)."""
+    _compile_parts("grouped_k_cache_moe_route_gpu_compile",
+                   [_grouped_part(), _k_cache_part(), _moe_route_part()])
+
+
+SHARED_NAME = ("grouped_matmul_sm100_persistent + k_matmul_ragged_paged_scale + "
+               "moe_route_topk_group (one graph)")
 
 
 def compile_every_op() -> None:
@@ -348,6 +395,8 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
+    parser.add_argument("--grouped", action="store_true",
+                        help="with --one-graph: also grouped_matmul's specializations graph")
     parser.add_argument("--sharded", action="store_true",
                         help="only the 2-device tensor-parallel int4 graph (2 virtual devices)")
     args = parser.parse_args()
@@ -355,13 +404,13 @@ def main() -> None:
     driver.set_virtual_device_target_arch(args.arch)
     driver.set_virtual_device_count(2 if args.sharded else 1)
     builds = ((SHARDED_NAME, compile_sharded_int4),) if args.sharded else (
-        (ONE_GRAPH_NAME, compile_every_op),) if args.one_graph else (
+        (ONE_GRAPH_NAME, compile_every_op),
+        *((("grouped_matmul_sm100_persistent", compile_grouped),) if args.grouped else ()),
+    ) if args.one_graph else (
         ("multistage_gemm_q", compile_int4),
-        ("grouped_matmul_sm100_persistent", compile_grouped),
-        ("k_matmul_ragged_paged_scale", compile_k_cache),
+        (SHARED_NAME, compile_grouped_k_cache_moe_route),
         ("quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection)",
          compile_kv_projection),
-        ("moe_route_topk_group", compile_moe_route),
     )
     for name, build in builds:
         t0 = time.perf_counter()

@@ -5,7 +5,9 @@ a child process declare its command with the `background` marker (`Job`s), conft
 every selected test's jobs when collection ends, one child at a time and longest first, while
 the in-process CPU tests run in the main lane; such a test then calls `run(job)`, which waits
 for that child (or starts it now when it was not started early) and returns its result. The
-checks stay in the tests: a job is only the command line.
+checks stay in the tests: a job is only the command line. The first `run` call means the main
+lane has reached the background tests (conftest sorts them last) and has nothing left to do but
+wait, so from then on two children run at once: both cores stay busy to the end.
 """
 
 from __future__ import annotations
@@ -31,13 +33,35 @@ class Job:
     """About how long it takes cold on 2 cores: the lane starts the longest first."""
 
 
-_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-lane")
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="background-lane")
+_SLOTS = threading.Semaphore(1)
+"""Children allowed at once: one while the main lane runs in-process tests, two after `widen`."""
 _FUTURES: dict[Job, Future[subprocess.CompletedProcess[str]]] = {}
+_PENDING: list[Job] = []
+"""Jobs not started yet, in submission order: a worker takes the first one once it holds a
+slot, so the longest jobs still start first."""
 _RUNNING: set[subprocess.Popen[str]] = set()
 _LOCK = threading.Lock()
+_STATE = {"widened": False, "closed": False}
 
 
-def _execute(job: Job) -> subprocess.CompletedProcess[str]:
+def _next() -> None:
+    """One pool task per submitted job: waits for a slot, then runs the first pending job."""
+    with _SLOTS:
+        with _LOCK:
+            if _STATE["closed"] or not _PENDING:  # shutdown released the slot: start nothing
+                return
+            job = _PENDING.pop(0)
+            future = _FUTURES[job]
+            if not future.set_running_or_notify_cancel():
+                return
+        try:
+            future.set_result(_start(job))
+        except BaseException as err:  # handed to the test waiting for it
+            future.set_exception(err)
+
+
+def _start(job: Job) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(list(job.argv), cwd=job.cwd, env=dict(job.env) if job.env else None,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with _LOCK:
@@ -58,13 +82,27 @@ def submit(job: Job) -> Future[subprocess.CompletedProcess[str]]:
     """Queues `job` on the background lane (once: a job already queued is not repeated)."""
     with _LOCK:
         if job not in _FUTURES:
-            _FUTURES[job] = _POOL.submit(_execute, job)
+            _FUTURES[job] = Future()
+            _PENDING.append(job)
+            _POOL.submit(_next)
         return _FUTURES[job]
 
 
+def widen() -> None:
+    """Lets a second child run alongside the first (once; later calls do nothing)."""
+    with _LOCK:
+        if _STATE["widened"]:
+            return
+        _STATE["widened"] = True
+    _SLOTS.release()
+
+
 def run(job: Job) -> subprocess.CompletedProcess[str]:
-    """The finished child process of `job` (stdout and stderr as text); waits for it."""
-    return submit(job).result()
+    """The finished child process of `job` (stdout and stderr as text); waits for it. The main
+    lane waits from here on, so the background lane widens to two children."""
+    future = submit(job)
+    widen()
+    return future.result()
 
 
 def jobs_of(item: pytest.Item) -> list[Job]:
@@ -75,8 +113,10 @@ def jobs_of(item: pytest.Item) -> list[Job]:
 def shutdown() -> None:
     """Drops the jobs not started yet and kills the running child (end of the session)."""
     with _LOCK:
+        _STATE["closed"] = True
         for future in _FUTURES.values():
             future.cancel()
         for proc in _RUNNING:
             proc.kill()
+    widen()  # a worker still waiting for a slot gets it, sees `closed` and returns
     _POOL.shutdown(wait=False, cancel_futures=True)

@@ -1,7 +1,7 @@
 """GPU builds of `grouped_matmul_sm100_persistent` (slow; no GPU needed except the last test).
 
 - the op's GPU graph compiles for sm_90a and sm_100a through MAX's virtual devices
-  (scripts/compile_gpu_graphs.py: compile_grouped);
+  (scripts/compile_gpu_graphs.py: compile_grouped, in the children of tests/test_gpu_compile.py);
 - the harness's PTX has wgmma / TMA / setmaxnreg on sm_90a and tcgen05 mma / alloc / ld with
   cta_group 1 and 2 on sm_100a (scripts/check_ptx.py);
 - on an H200, the standalone harness runs every kernel against the simple GPU kernel.
@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from test_gpu_compile import ONE_GRAPH
 
-from background import Job, run
-from subprocess_env import child_env
+from background import run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -27,23 +27,10 @@ from check_ptx import MOJO, MOJO_ENV  # noqa: E402  (the compiler that came with
 
 HARNESS = ROOT / "tests" / "mojo" / "grouped_gpu_harness.mojo"
 
-COMPILE = """
-import sys
-from max import driver
-driver.set_virtual_device_api("cuda")
-driver.set_virtual_device_target_arch(sys.argv[1])
-driver.set_virtual_device_count(1)
-sys.path.insert(0, sys.argv[2])
-from compile_gpu_graphs import compile_grouped
-compile_grouped()
-print("compiled grouped for", sys.argv[1], flush=True)
-import os
-os._exit(0)  # MAX 26.7 with virtual devices sometimes aborts in interpreter teardown
-"""
-ARCHS = ("sm_100a",)  # sm_90a: tests/test_gpu_compile.py
-COMPILE_JOBS = {arch: Job((sys.executable, "-c", COMPILE, arch, str(ROOT / "scripts")),
-                          timeout=900, cwd=str(ROOT), env=tuple(sorted(child_env().items())),
-                          seconds=50) for arch in ARCHS}
+# sm_100a: grouped_matmul's graph is compiled by the sm_100a child of tests/test_gpu_compile.py
+# (`--one-graph --grouped`: one MAX start-up for both); sm_90a: that file's full sm_90a child
+ARCHS = ("sm_100a",)
+COMPILE_JOBS = {arch: ONE_GRAPH[arch] for arch in ARCHS}
 
 
 @pytest.mark.slow
@@ -53,7 +40,7 @@ def test_grouped_graph_compiles(arch: str) -> None:
     """The GPU graph with plain, in-place SwiGLU + row-scale and plane-split instances builds."""
     result = run(COMPILE_JOBS[arch])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert f"compiled grouped for {arch}" in result.stdout
+    assert f"compiled grouped_matmul_sm100_persistent for {arch} in " in result.stdout
 
 
 @pytest.mark.gpu

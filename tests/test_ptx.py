@@ -19,7 +19,7 @@ from subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_PTX = Job((sys.executable, str(ROOT / "scripts" / "check_ptx.py")), timeout=1500,
-                cwd=str(ROOT), env=tuple(sorted(child_env().items())), seconds=330)
+                cwd=str(ROOT), env=tuple(sorted(child_env().items())), seconds=170)
 
 
 @pytest.mark.slow
