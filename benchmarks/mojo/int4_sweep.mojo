@@ -27,7 +27,7 @@ Candidates at each M (config x split_k, both as the dispatch names them):
                 WG_CFG_64 above 64 tokens too)
 A split is left out where a CTA (PIPE_WARP: a warp) would get too little K: PIPE_WARP needs one
 128-element unit of K per warp (kp / 128 >= split * warp_k), PIPE_CTA and wgmma >= 4 stages per
-CTA (per warp-k partition). The dispatch's own choice and the rule's (`wgmma_rule` /
+CTA (per warp-k partition). The dispatch's own choice and the rule's (`wgmma_tile_rule` /
 band rule + `choose_split_k` without the pins) are added if that leaves them out. Plus one
 record "dispatch": `int4_gemm_gpu` itself, timed through its own entry point.
 
@@ -70,7 +70,7 @@ from mojo_kernels.int4_gemm.config import (
 )
 from mojo_kernels.int4_gemm.dispatch import (
     NARROW_BANDS, choose_split_k, int4_gemm_gpu, int4_gemm_gpu_config, launch_int4_gemm_mma,
-    tile_config_for, wgmma_plan, wgmma_rule,
+    tile_config_for, wgmma_plan, wgmma_tile_rule,
 )
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     CFG_LARGE, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_K8, CFG_M16_NARROW, CFG_M32, CFG_M64,
@@ -192,44 +192,11 @@ def dispatch_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     return (mma_index(cfg), split)
 
 
-def wgmma_rule_unpinned(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
-    """The rule of dispatch.wgmma_rule without its one reference to the pins (M <= 64 on the shapes
-    `tuned_choice` sends to CFG_M32 stays on mma.sync there); `rule_choice` checks that the two
-    agree wherever that line does not apply, so a change of the rule is noticed."""
-    var bands = ceildiv(n, 64)
-    var stages = kp // 64
-    var best_v = -1
-    var best_s = 1
-    var best_cost = 0
-    for v in [WG_VAR_128, WG_VAR_64]:
-        if v == WG_VAR_128 and m <= 64:
-            continue
-        var nt = 128 if v == WG_VAR_128 else 64
-        var tiles = ceildiv(bands, 4) * ceildiv(m, nt)
-        for sp in [1, 2, 3, 4, 6]:
-            var ctas = tiles * sp
-            var cost = ceildiv(stages, sp) * (4 if nt == 128 else 3)
-            var fits = ctas <= cluster_wave_cap(sp, 1) and (sp == 1 or stages // sp >= 8)
-            if fits and (best_v < 0 or cost < best_cost):
-                best_v = v
-                best_s = sp
-                best_cost = cost
-    if best_v < 0:
-        return (WG_VAR_64W if m <= 64 else WG_VAR_128, 1)
-    return (best_v, best_s)
-
-
 def rule_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(config index, split) the dispatch makes without `tuned_choice` / `tuned_wgmma`: the
     fallback a derived table leaves in place where it has no entry."""
     if m >= WGMMA_MIN_M:
-        var r = wgmma_rule_unpinned(m, n, kp)
-        if m > 64 or tuned_choice(m, n, kp)[0] != 1:
-            var d = wgmma_rule(m, n, kp)
-            if d[0] != r[0] or d[1] != r[1]:
-                print("warning: wgmma_rule_unpinned disagrees with dispatch.wgmma_rule at M=", m,
-                      " N=", n, " K=", kp, ": update benchmarks/mojo/int4_sweep.mojo")
-                return (wg_index(d[0]), d[1])
+        var r = wgmma_tile_rule(m, n, kp)
         return (wg_index(r[0]), r[1])
     var narrow = ceildiv(n, 64) <= NARROW_BANDS
     var ci = 5

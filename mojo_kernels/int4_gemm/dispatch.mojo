@@ -83,6 +83,13 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
         return (-1, 0)
     if m <= 64 and tuned_choice(m, n, kp)[0] == 1:
         return (-1, 0)
+    return wgmma_tile_rule(m, n, kp)
+
+
+def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """(variant, split_k) of the wgmma kernel for M >= WGMMA_MIN_M from the problem alone (no
+    pin of tuning_sm90.mojo is consulted): the one-wave, fewest-stages-per-CTA rule of
+    `wgmma_plan`."""
     var bands = ceildiv(n, 64)
     var stages = kp // 64
     var best_v = -1
