@@ -54,7 +54,7 @@ comptime BF16 = DType.bfloat16
 comptime G = 128
 comptime WG_CFG_128N = Int4WgmmaConfig(nt=128, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
 """128 tokens x 128 columns, one consumer warpgroup, 2 CTAs per SM (5 stages in ~113 KB; not
-dispatched: at M = 128 within 1-2 % of the 128 x 256 tiles where it came closest, session 8)."""
+dispatched: at M = 128 within 1-2 % of the 128 x 256 tiles where it came closest)."""
 comptime HBM_TBPS = 4.24
 comptime PEAK_TFLOPS = 728.0
 comptime NUM_M = 6

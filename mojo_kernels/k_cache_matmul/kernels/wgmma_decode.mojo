@@ -356,8 +356,8 @@ def _wgmma_decode_kernel[
     # Scales: per K block a lane loads V = TN / 32 token scales (its warp's TN between the 32
     # lanes; times the weight scale when FOLD) and the promotion gathers the TN / 4 its
     # fragment needs with shuffles. Loaded one round ahead, each block's registers reloaded
-    # right after their values are used (no register copy that waits on the load). (Session 9, ncu of the version with each thread
-    # loading its TN / 4 scales one round ahead: the copy of the prefetched registers waited
+    # right after their values are used (no register copy that waits on the load). (Under ncu, a
+    # variant with each thread loading its TN / 4 scales one round ahead: the copy of the prefetched registers waited
     # on the loads as long as the consumers waited for data; without any scales T = 64 ran
     # 12 % faster, T = 128 35 %.)
     comptime V = ceildiv(TN, 32)
