@@ -68,7 +68,9 @@ INT4_HARNESS = "tests/mojo/ptx_probe_int4.mojo"
 """The int4 op's GPU entry point only: the full GPU test program
 (tests/mojo/int4_gemm_gpu_test.mojo) is 55 MB of PTX and 180 CPU-s to build cold, this 8 MB and
 40 CPU-s."""
-K_CACHE_HARNESS = "tests/mojo/k_cache_gpu_harness.mojo"
+K_CACHE_HARNESS = "tests/mojo/ptx_probe_k_cache.mojo"
+"""One instantiation of the K-cache harness's case runner: the full harness (scripts/gpu-check
+runs it) builds in ~100 CPU-s cold, the probe in ~20."""
 MOE_ROUTE_HARNESS = "tests/mojo/moe_route_gpu_harness.mojo"
 
 CHECKS: tuple[PtxCheck, ...] = (

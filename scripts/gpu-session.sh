@@ -8,6 +8,7 @@
 #   scripts/gpu-session.sh bench-int4-public     # int4 vs humming-kernels, public layers (~500 s)
 #   scripts/gpu-session.sh tests-quick bench-decoder-ours   # kernels' tests; decoder without MAX's twin
 #   scripts/gpu-session.sh bench-targets         # forced Ampere / portable paths vs Hopper
+#   scripts/gpu-session.sh harness-grouped int4-sweep   # standalone binaries of .gpu-bin (carry it)
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -64,6 +65,14 @@ for part in "$@"; do
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
     bench-targets) bench bench_targets "${BENCH_BUDGET_S:-150}" benchmarks/bench_targets.py ;;
+    harness-grouped)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/grouped_gpu_harness.mojo)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 300 .gpu-bin/grouped_gpu_harness \
+        > "$work/grouped_harness.log" 2>&1; echo "rc=$?" >> "$work/grouped_harness.log"
+      grep -hE "FAIL|ALL PASS|rc=" "$work/grouped_harness.log" ;;
+    int4-sweep)  # carry .gpu-bin (scripts/build-gpu-bin -o int4_sweep benchmarks/mojo/int4_sweep.mojo)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout $((${SWEEP_BUDGET_S:-300} + 120)) .gpu-bin/int4_sweep \
+        --budget-s "${SWEEP_BUDGET_S:-300}" > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
+      echo "rc=$?" >> "$work/int4_sweep.err"; tail -3 "$work/int4_sweep.err"; wc -l "$work/int4_sweep.json" ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
   # packed after every part, so a call cut short still returns the parts that finished

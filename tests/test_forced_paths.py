@@ -2,9 +2,9 @@
 faster one (the H200), against float64: the ops' own GPU checks with MOJO_GEMM_FORCE_PATH set.
 
 Ampere: int4 mma.sync without clusters (split_k 1, the sm_89 shared-memory budget), K-cache
-mma.sync + SIMT (no wgmma), grouped the naive kernel. Portable: int4's tiled fp32 kernel, the
-K-cache SIMT kernel, the grouped naive kernel (what AMD GPUs run). The env var becomes an op
-parameter when a graph is built, so each test builds its graphs while it is set.
+mma.sync + SIMT (no wgmma), grouped mma.sync (no TMA / wgmma). Portable: int4's tiled fp32
+kernel, the K-cache SIMT kernel, the grouped naive kernel (what AMD GPUs run). The env var
+becomes an op parameter when a graph is built, so each test builds its graphs while it is set.
 """
 
 from __future__ import annotations

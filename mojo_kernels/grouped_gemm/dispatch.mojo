@@ -5,7 +5,8 @@ the measured token tiles in tuning_sm90.mojo."""
 from std.sys import size_of
 from max.gpu.host import DeviceContext
 
-from ..common.target import PATH_BLACKWELL, PATH_HOPPER
+from ..common.target import PATH_AMPERE, PATH_BLACKWELL, PATH_HOPPER
+from .kernels.mma import grouped_matmul_gpu_mma
 from .kernels.naive import grouped_matmul_gpu_naive
 from .kernels.sm90 import grouped_matmul_sm90
 from .kernels.sm100 import grouped_matmul_sm100
@@ -54,10 +55,18 @@ def grouped_matmul_gpu[
     ctx: DeviceContext,
 ) raises:
     """Launches the kernel of GPU path `path` (a supported PATH_*) for this call's shape: the
-    TMA kernels on Hopper / Blackwell when K * sizeof(dtype) % 16 == 0, else the naive one."""
+    TMA kernels on Hopper / Blackwell and the mma.sync kernel on Ampere when
+    K * sizeof(dtype) % 16 == 0, else (and on the portable path) the naive one."""
     # One comptime chain, so a path instantiates only its own kernels (the sm_100a kernel
     # does not build for other targets).
-    comptime if path != PATH_HOPPER and path != PATH_BLACKWELL:
+    comptime if path == PATH_AMPERE:
+        if (shape.K * size_of[dtype]()) % 16 != 0:  # 16-byte fragment loads
+            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        else:
+            grouped_matmul_gpu_mma[dtype, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+    elif path != PATH_HOPPER and path != PATH_BLACKWELL:
         grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
             c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
     elif path == PATH_HOPPER:

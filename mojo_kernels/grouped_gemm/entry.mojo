@@ -9,9 +9,11 @@ Dispatch (compile time, from the target; nothing is read back from the device):
 - target "gpu", arch sm_90a      -> kernels/sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
 - token tile: BN = 32 (decode) when T <= 64 G, else 256 (prefill): a host choice from shapes
                                     (dispatch.use_decode_tiles, tiles in tuning_sm90.mojo)
-- either GPU arch, K * sizeof(dtype) % 16 != 0 (TMA cannot describe a or b) -> kernels/naive.mojo
-- the Ampere path (sm_80 / 86 / 87 / 89 / 120) and the portable path (AMD gfx9xx), and either
-  path forced (common/target.mojo) -> kernels/naive.mojo (no TMA, no inline PTX)
+- the Ampere path (sm_80 / 86 / 87 / 89 / 120, or forced, common/target.mojo) -> kernels/mma.mojo
+                                    (mma.sync from global memory, no TMA / wgmma / clusters)
+- any of these, K * sizeof(dtype) % 16 != 0 (TMA / 16-byte loads cannot read a or b rows)
+                                 -> kernels/naive.mojo
+- the portable path (AMD gfx9xx, or forced) -> kernels/naive.mojo (no inline PTX)
 - any other target or GPU arch   -> compile-time error naming the arch.
 """
 

@@ -4,8 +4,8 @@
 # token, an expert id of -1, G_active < G (poisoned rows must stay untouched), plane splits and
 # the SwiGLU + row-scale epilogue, for bf16 and fp16; decode-sized and prefill-sized groups.
 #
-# Forced Ampere / portable paths (FORCE_* of common/target.mojo) run the naive kernel through
-# the same launcher.
+# Forced paths (FORCE_* of common/target.mojo) through the same launcher: Ampere runs the
+# mma.sync kernel (naive for odd K), portable the naive kernel.
 #   scripts/build-gpu-bin tests/mojo/grouped_gpu_harness.mojo
 #   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench]
 # Prints one line per case and "ALL PASS" (exit 0) or raises.
@@ -117,9 +117,18 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # SwiGLU + router weights
     run_case[dtype, 0, 0, True, True](ctx, "swiglu_scale", 200, 192, 256, 5,
         [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
-    # forced paths: the launcher's naive kernel (the Ampere and portable paths' only kernel)
+    # forced Ampere path: the mma.sync kernel (the naive one for odd K)
     run_case[dtype, 0, 0, True, True, FORCE_AMPERE](ctx, "forced_ampere_swiglu_scale", 200, 192, 256, 5,
         [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
+    run_case[dtype, 0, 0, False, False, FORCE_AMPERE](ctx, "forced_ampere_decode_ragged", 40, 256, 200, 6,
+        [0, 5, 5, 6, 20, 33, 40], [3, 1, 0, -1, 5, 2], 5)
+    run_case[dtype, 0, 0, False, False, FORCE_AMPERE](ctx, "forced_ampere_prefill", 700, 328, 328, 4,
+        [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
+    run_case[dtype, 128, 256, False, True, FORCE_AMPERE](ctx, "forced_ampere_planes_scale", 90, 136, 384, 3,
+        [0, 30, 31, 90], [0, 2, 1], 3)
+    run_case[dtype, 0, 0, False, False, FORCE_AMPERE](ctx, "forced_ampere_odd_k", 50, 100, 136, 2,
+        [0, 20, 50], [1, 0], 2)
+    # forced portable path: the naive kernel
     run_case[dtype, 128, 256, False, False, FORCE_PORTABLE](ctx, "forced_portable_planes", 90, 128, 384, 3,
         [0, 30, 31, 90], [0, 2, 1], 3)
 
