@@ -2,7 +2,8 @@
 """Turns the int4 sweep (benchmarks/mojo/int4_sweep.mojo, JSON lines) into a dispatch table keyed
 only by M range and derived quantities of the problem, never by N or K values (issue 19).
 
-    python scripts/int4_sweep_table.py int4_sweep.json [more.json ...] [--snippet tuned.mojo]
+    python scripts/int4_sweep_table.py benchmarks/results/int4_sweep.json.gz [more.json ...] \
+        [--snippet tuned.mojo]
 
 (a) Per (layer, M): the fastest checked candidate, the dispatch (its own entry point, timed
     as the "dispatch" record) and the rule without pins (`is_rule`), with their gap to the best.
@@ -26,6 +27,7 @@ Losses are geomeans of us / best us over (layer, M) items: 1.000 = always the fa
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -145,7 +147,10 @@ def load(paths: Iterable[Path]) -> list[Item]:
     """Items from sweep JSON lines (other lines, e.g. a captured stdout, are skipped)."""
     items: dict[tuple[str, int, int, int], Item] = {}
     for p in paths:
-        for line in Path(p).read_text().splitlines():
+        path = Path(p)
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" \
+            else path.read_text()
+        for line in text.splitlines():
             line = line.strip()
             if not line.startswith("{"):
                 continue
@@ -247,8 +252,9 @@ def lomo_pooled(items: list[Item], gran: dict) -> float:
 
 
 def select(items: list[Item]) -> Table:
-    """Per M range the bucketing with the lowest pooled leave-one-model-out loss; then the table
-    of all items with those bucketings."""
+    """Per M range the bucketing with the lowest pooled leave-one-model-out loss, or no entries
+    at all (the dispatch's rule decides) where the rule's own loss is as low; then the table of
+    all items with those bucketings."""
     gran = {}
     for mr in sorted({m_range(it.m) for it in items}):
         its = [it for it in items if m_range(it.m) == mr]
@@ -257,7 +263,8 @@ def select(items: list[Item]) -> Table:
             score = lomo_pooled(its, {mr: g}) if len({it.model for it in its}) > 1 else 1.0
             if best is None or score < best[0] - 1e-9:
                 best = (score, g)
-        gran[mr] = best[1]
+        if best[0] < loss(its, Item.fallback_ratio) - 1e-9:
+            gran[mr] = best[1]
     return build(items, gran)
 
 
@@ -376,6 +383,8 @@ def report(items: list[Item], t: Table, out=None) -> None:
     for mr, (f, per) in sorted(t.gran.items()):
         n = sum(1 for e in _merged(t) if e[0] == mr)
         p(f"  {_range_cond(mr):18} {'+'.join(f) or 'one choice':13} per octave {per}: {n} entries")
+    for mr in sorted({m_range(it.m) for it in items} - set(t.gran)):
+        p(f"  {_range_cond(mr):18} no entries: the rule's loss is as low")
     p("")
     p("(c) geomean us / best us (1.000 = always the fastest candidate)")
     models = sorted({it.model for it in items})

@@ -165,3 +165,17 @@ def test_sweep_shapes_include_in_sync():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "int4_sweep_shapes.py"), "--check"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dispatch_table_is_the_committed_sweeps_output(tmp_path):
+    """tuning_sm90.mojo's `tuned_wgmma` / `tuned_choice` are exactly what the script derives
+    from the committed H200 sweep, and nothing in the file compares N or K values."""
+    sweep = ROOT / "benchmarks" / "results" / "int4_sweep.json.gz"
+    out = tmp_path / "tuned.mojo"
+    assert tbl.main([str(sweep), "--snippet", str(out)]) == 0
+    generated = out.read_text()
+    tuning = (ROOT / "mojo_kernels" / "int4_gemm" / "tuning_sm90.mojo").read_text()
+    start = "def tuned_wgmma("
+    assert tuning[tuning.index(start):] == generated[generated.index(start):]
+    code = "\n".join(line.split("#")[0] for line in re.sub(r'"""[^"]*"""', "", tuning).splitlines())
+    assert not re.search(r"\b(n|kp|k|N|K)\s*(==|!=|<|>)", code)

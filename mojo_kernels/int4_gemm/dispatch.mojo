@@ -2,7 +2,8 @@
 resolves it against the shared-memory budget, chooses the cluster split-K, launches it:
 the register-A wgmma kernel (kernels/wgmma.mojo) from WGMMA_MIN_M tokens on (`wgmma_variant`),
 below that the mma.sync kernels (kernels/mma.mojo, `int4_gemm_gpu_mma`). The measured configs and
-the shape-keyed pins are tuning_sm90.mojo's.
+the sweep-generated exceptions to the rules (keyed by M range, bands and K steps) are
+tuning_sm90.mojo's.
 
 Entry point: `int4_gemm_gpu` (shapes and dtypes in its docstring). `int4_gemm_gpu_config`
 describes the launch it would make, for benchmark records.
@@ -64,7 +65,7 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     (`cluster_wave_cap`) with >= 8 stages (512 of K) per CTA, the one with the fewest stages per
     CTA, a 64-token stage weighted 3/4 of a 128-token one; ties go to the larger tile and the
     smaller split. If even split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
-    The (M range, N, K) pins of `tuned_wgmma` come first; this rule is `wgmma_rule`.
+    The measured exceptions of `tuned_wgmma` come first; this rule is `wgmma_rule`.
     """
     if m < WGMMA_MIN_M:
         return (-1, 0)
@@ -75,10 +76,9 @@ def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
 
 def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
-    """`wgmma_plan` without the `tuned_wgmma` pins: the rule for shapes without a pin (the
-    benchmark also times it on the pinned shapes). M <= 64 on the shapes `tuned_choice` pins to
-    two 32-token M-blocks (variant 1: 70B.o, 70B.down) stays on mma.sync, which beats WG_CFG_64
-    there (`tuned_wgmma` sends those layers to WG_CFG_64W)."""
+    """`wgmma_plan` without `tuned_wgmma`'s exceptions (the sweep also times it where an
+    exception applies). M <= 64 where `tuned_choice` sends the problem to two 32-token M-blocks
+    (variant 1) stays on mma.sync."""
     if m < WGMMA_MIN_M:
         return (-1, 0)
     if m <= 64 and tuned_choice(m, n, kp)[0] == 1:
@@ -88,7 +88,7 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 
 def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the wgmma kernel for M >= WGMMA_MIN_M from the problem alone (no
-    pin of tuning_sm90.mojo is consulted): the one-wave, fewest-stages-per-CTA rule of
+    entry of tuning_sm90.mojo is consulted): the one-wave, fewest-stages-per-CTA rule of
     `wgmma_plan`."""
     var bands = ceildiv(n, 64)
     var stages = kp // 64
@@ -318,7 +318,7 @@ def int4_gemm_gpu_mma[
     np_: Int = -1,
     split_k: Int = 0,
 ) raises:
-    """The mma.sync kernels' selection (tile table + tuned (N, K) table + split heuristic), as
+    """The mma.sync kernels' selection (tile table + the tuned exceptions + split heuristic), as
     used below WGMMA_MIN_M tokens, and by the benchmark to time the mma.sync kernels at any M.
     The Ampere and Blackwell paths use it for every M: clusters = False (sm_80 / 86 / 89) runs
     split_k = 1, `budget` is the target's shared memory per CTA (target.smem_budget)."""
