@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cpu_graphs
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
 from max.graph import DeviceRef, TensorType, TensorValue
-from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
@@ -103,9 +101,11 @@ def input_types(device: DeviceRef) -> list[TensorType]:
     ]
 
 
-def make_layers(device: DeviceRef) -> tuple[Layers, list[tuple[np.ndarray, np.ndarray | None]]]:
-    """Every case's layer with its checkpoint loaded, and its float64 reference (W, bias)."""
+def run_cases(device_kind: str) -> None:
+    """Compiles the all-cases graph once on `device_kind` and checks every M."""
     rng = np.random.default_rng(2026)
+    device = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
+    driver_device = Accelerator() if device_kind == "gpu" else CPU()
     model_layers = Layers(device)
     refs, state = [], {}
     for i, (case, layer) in enumerate(zip(CASES, model_layers.layers, strict=True)):
@@ -114,27 +114,8 @@ def make_layers(device: DeviceRef) -> tuple[Layers, list[tuple[np.ndarray, np.nd
         state.update({f"layers.{i}.{k}": v for k, v in layer.int4_state(weight, bias).items()})
         refs.append((w_ref, bias))
     model_layers.load_state_dict(state)
-    return model_layers, refs
-
-
-@cpu_graphs.register("int4_linear_cases")
-def _cpu_graph(module: GraphModule) -> tuple[dict[str, object], list]:
-    layers, refs = make_layers(DeviceRef.CPU())
-    state = cpu_graphs.prefixed_state(layers, "int4_linear_cases")
-    layers.trace(*input_types(DeviceRef.CPU()), name="int4_linear_cases", module=module)
-    return state, refs
-
-
-def run_cases(device_kind: str) -> None:
-    """Runs the all-cases graph (compiled once per device) and checks every M."""
-    driver_device = Accelerator() if device_kind == "gpu" else CPU()
-    if device_kind == "gpu":
-        model_layers, refs = make_layers(DeviceRef.GPU())
-        session = InferenceSession(devices=[CPU(), driver_device])
-        model = model_layers.compile(*input_types(DeviceRef.GPU()), session=session)
-    else:
-        model, refs = cpu_graphs.model("int4_linear_cases")
-    rng = np.random.default_rng(2027)
+    session = InferenceSession(devices=[CPU(), driver_device] if device_kind == "gpu" else [CPU()])
+    model = model_layers.compile(*input_types(device), session=session)
     for m in M_VALUES:
         xs, x_refs = [], []
         for case in CASES:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cpu_graphs
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, ops
-from max.graph import Module as GraphModule
 
 from mojo_gemm import kernels_package
 from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
@@ -58,10 +56,9 @@ def _groups_dim(cfg: Config) -> str:
     return "g_all" if cfg.group_size < 0 else f"g{cfg.group_size}"
 
 
-def build_graph(dev: DeviceRef, module: GraphModule | None = None) -> Graph:
-    """The graph (`module`: the Module to add it to). Inputs: x_<dtype> [m, kp], qweight [nb, kw],
-    per config scales (+ zeros) [groups, np], bias_<dtype> [1, n]; one output [m, n] per config.
-    Dummies: zeros [1, 1], bias [1, 1]."""
+def build_graph(dev: DeviceRef) -> Graph:
+    """Inputs: x_<dtype> [m, kp], qweight [nb, kw], per config scales (+ zeros) [groups, np],
+    bias_<dtype> [1, n]; one output [m, n] per config. Dummies: zeros [1, 1], bias [1, 1]."""
     input_types = [TensorType(dt, ["m", "kp"], dev) for dt in DTYPES]
     input_types.append(TensorType(DType.uint32, ["nb", "kw"], dev))
     input_types += [TensorType(dt, [1, "n"], dev) for dt in DTYPES]
@@ -70,7 +67,7 @@ def build_graph(dev: DeviceRef, module: GraphModule | None = None) -> Graph:
         if cfg.has_zeros:
             input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
     with Graph("int4_gemm_test", input_types=input_types,
-               custom_extensions=[kernels_package()], module=module) as g:
+               custom_extensions=[kernels_package()]) as g:
         inputs = iter(v.tensor for v in g.inputs)
         xs = {dt: next(inputs) for dt in DTYPES}
         qweight = next(inputs)
@@ -144,13 +141,7 @@ def load(kind: str) -> tuple[Model, Device]:
         device: Device = Accelerator()
         session = InferenceSession(devices=[CPU(), device])
         return session.load(build_graph(DeviceRef.GPU())), device
-    return cpu_graphs.model("int4_gemm_test")[0], CPU()
-
-
-@cpu_graphs.register("int4_gemm_test")
-def _cpu_graph(module: GraphModule) -> tuple[dict[str, object], None]:
-    build_graph(DeviceRef.CPU(), module)
-    return {}, None
+    return InferenceSession(devices=[CPU()]).load(build_graph(DeviceRef.CPU())), CPU()
 
 
 @pytest.fixture(scope="module")
