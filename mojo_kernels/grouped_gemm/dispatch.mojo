@@ -59,38 +59,33 @@ def grouped_matmul_gpu[
     K * sizeof(dtype) % 16 == 0, else (and on the portable path) the naive one."""
     # One comptime chain, so a path instantiates only its own kernels (the sm_100a kernel
     # does not build for other targets).
-    comptime if path == PATH_AMPERE:
-        if (shape.K * size_of[dtype]()) % 16 != 0:  # 16-byte fragment loads
-            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-        else:
-            grouped_matmul_gpu_mma[dtype, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-    elif path != PATH_HOPPER and path != PATH_BLACKWELL:
+    comptime if path != PATH_AMPERE and path != PATH_HOPPER and path != PATH_BLACKWELL:
         grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
             c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-    elif path == PATH_HOPPER:
-        if (shape.K * size_of[dtype]()) % 16 != 0:  # TMA needs 16-byte row strides
-            grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-        elif use_decode_tiles(shape):
-            grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-        else:
-            grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
-                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
     else:
+        # every tensor-core kernel reads a / b rows by 16-byte loads (TMA or vectors)
         if (shape.K * size_of[dtype]()) % 16 != 0:
             grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
                 c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             return
-        # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the
-        # pair) when N fills 256-row tiles and every pair tile reads a single Q/K/V plane
-        comptime pair_ok = s0 == 0 or (s0 % 256 == 0 and s1 % 256 == 0)
-        comptime if pair_ok:
-            if shape.N % 256 == 0:
-                _launch_sm100[dtype, 2, s0, s1, swiglu, has_row_scale](
+        comptime if path == PATH_AMPERE:
+            grouped_matmul_gpu_mma[dtype, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        elif path == PATH_HOPPER:
+            if use_decode_tiles(shape):
+                grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
-                return
-        _launch_sm100[dtype, 1, s0, s1, swiglu, has_row_scale](
-            c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+            else:
+                grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
+                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+        else:
+            # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the
+            # pair) when N fills 256-row tiles and every pair tile reads a single Q/K/V plane
+            comptime pair_ok = s0 == 0 or (s0 % 256 == 0 and s1 % 256 == 0)
+            comptime if pair_ok:
+                if shape.N % 256 == 0:
+                    _launch_sm100[dtype, 2, s0, s1, swiglu, has_row_scale](
+                        c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+                    return
+            _launch_sm100[dtype, 1, s0, s1, swiglu, has_row_scale](
+                c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
