@@ -1,15 +1,14 @@
 """Compiles every op's GPU graph for a GPU target on a machine without a GPU (CI).
 
-    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph [--grouped]]
+    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
 the rest CUDA): the graphs are compiled, nothing runs. By default option combinations are
 covered pairwise (int4 and PagedKVProjection in a graph each, grouped_matmul, the K-cache op
 and moe_route together in one); --one-graph compiles a single graph holding one instance
-of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a);
---grouped adds grouped_matmul's own graph (compile_grouped) to it, in the same process, so that
-a target whose grouped kernel needs its own check (sm_100a: cta_group 1 and 2) pays the start-up
-of MAX and the virtual device once.
+of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a;
+the grouped SM100 kernel's epilogue variants and both cta_group values are built by the sm_100a
+PTX check of scripts/check_ptx.py).
 """
 
 from __future__ import annotations
@@ -59,17 +58,6 @@ def compile_int4() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
-def compile_grouped() -> None:
-    """Compiles one graph with grouped_matmul instances covering its GPU specializations.
-
-    bf16 plain (functional output), fp16 SwiGLU + row scale written in place, bf16 with
-    a_plane_splits; symbolic T and G. On sm_90a each instance builds the SM90 kernel with both
-    token tiles (and the TMA-less fallback); on sm_100a the SM100 kernel with cta_group 1 and
-    2 (the plane instance's splits are multiples of 256, so it takes the 2-SM path too).
-    """
-    _compile_parts("grouped_gpu_compile", [_grouped_part()])
-
-
 def _compile_parts(name: str, parts: list) -> None:  # type: ignore[type-arg]
     """Compiles ONE graph holding every part: a part is (input types, build), build taking its
     inputs and returning its outputs. One graph instead of one per op saves the per-graph cost
@@ -89,7 +77,12 @@ def _compile_parts(name: str, parts: list) -> None:  # type: ignore[type-arg]
 
 
 def _grouped_part():  # type: ignore[no-untyped-def]
-    """compile_grouped's instances as a part of _compile_parts."""
+    """grouped_matmul instances covering its GPU specializations, as a part of _compile_parts.
+
+    bf16 plain (functional output), fp16 SwiGLU + row scale written in place, bf16 with
+    a_plane_splits; symbolic T and G. On sm_90a each instance builds the SM90 kernel with both
+    token tiles (and the TMA-less fallback).
+    """
     from max.dtype import DType
     from max.graph import BufferType, DeviceRef, TensorType
 
@@ -123,17 +116,13 @@ def _grouped_part():  # type: ignore[no-untyped-def]
     return types, build
 
 
-def compile_k_cache() -> None:
-    """Compiles one graph with k_matmul_ragged_paged_scale instances covering its GPU kernels.
+def _k_cache_part():  # type: ignore[no-untyped-def]
+    """k_matmul_ragged_paged_scale instances covering its GPU kernels, as a part of
+    _compile_parts.
 
     Granularity (1, 128, 128) builds the TMA + wgmma kernel (both tile configs) and the mma.sync
     split-K kernel, (2, 64, 32) the SIMT fallback; bf16 and fp8 caches, per-head kv_scale.
     """
-    _compile_parts("k_cache_gpu_compile", [_k_cache_part()])
-
-
-def _k_cache_part():  # type: ignore[no-untyped-def]
-    """compile_k_cache's instances as a part of _compile_parts."""
     from max.dtype import DType
     from max.graph import BufferType, DeviceRef, TensorType
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
@@ -244,14 +233,9 @@ def compile_kv_projection() -> None:
     layers.compile(*types, session=session, weights=registry)
 
 
-def compile_moe_route() -> None:
-    """Compiles one graph with two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16
-    E = 5 top-5 at H = 96): the router and grouping kernels of each dtype; symbolic T."""
-    _compile_parts("moe_route_gpu_compile", [_moe_route_part()])
-
-
 def _moe_route_part():  # type: ignore[no-untyped-def]
-    """compile_moe_route's instances as a part of _compile_parts."""
+    """Two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16 E = 5 top-5 at H = 96),
+    the router and grouping kernels of each dtype, symbolic T; a part of _compile_parts."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
@@ -275,7 +259,7 @@ def _moe_route_part():  # type: ignore[no-untyped-def]
 
 
 def compile_grouped_k_cache_moe_route() -> None:
-    """compile_grouped, compile_k_cache and compile_moe_route in ONE graph (the same instances)."""
+    """The grouped_matmul, K-cache and moe_route parts in ONE graph."""
     _compile_parts("grouped_k_cache_moe_route_gpu_compile",
                    [_grouped_part(), _k_cache_part(), _moe_route_part()])
 
@@ -395,8 +379,6 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
-    parser.add_argument("--grouped", action="store_true",
-                        help="with --one-graph: also grouped_matmul's specializations graph")
     parser.add_argument("--sharded", action="store_true",
                         help="only the 2-device tensor-parallel int4 graph (2 virtual devices)")
     args = parser.parse_args()
@@ -405,7 +387,6 @@ def main() -> None:
     driver.set_virtual_device_count(2 if args.sharded else 1)
     builds = ((SHARDED_NAME, compile_sharded_int4),) if args.sharded else (
         (ONE_GRAPH_NAME, compile_every_op),
-        *((("grouped_matmul_sm100_persistent", compile_grouped),) if args.grouped else ()),
     ) if args.one_graph else (
         ("multistage_gemm_q", compile_int4),
         (SHARED_NAME, compile_grouped_k_cache_moe_route),

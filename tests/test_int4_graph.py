@@ -2,19 +2,22 @@
 
 One graph holds one layer per configuration (pairwise coverage of group size, symmetric /
 asymmetric, act-order, bias, dtype, padded N and K, rank-3 input), so the Mojo op compiles once
-per device; every M runs through the same compiled model (symbolic M).
+per device; every M runs through the same compiled model (symbolic M). On the CPU the graph
+also holds a rowwise- and a columnwise-sharded layer (tests/test_int4_shard.py checks them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pytest
-from max.driver import CPU, Accelerator, Buffer
+from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
-from max.engine import InferenceSession
-from max.graph import DeviceRef, TensorType, TensorValue
+from max.engine import InferenceSession, Model
+from max.graph import DeviceRef, ShardingStrategy, TensorType, TensorValue, ops
 from max.nn import LayerList, Module
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
@@ -78,8 +81,54 @@ def build_weight(case: Case, seed: int) -> tuple[Int4Weight, np.ndarray]:
     return w, w.dequantize().astype(np.float64)
 
 
+Ref = tuple[np.ndarray, np.ndarray]
+N_SHARDS = 2
+
+
+class ShardedPair(Module):
+    """A rowwise-sharded layer (act-order, asymmetric, bias) and a columnwise-sharded one, in
+    MAX's sharding protocol with N_SHARDS shards on the CPU device; outputs (unsharded col,
+    concat of its shards, unsharded row, sum of its shards)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.col = Int4Linear(256, 256, group_size=128, symmetric=False, act_order=True,
+                              has_bias=True)
+        self.row = Int4Linear(512, 192, group_size=64, has_bias=True)
+        self.col.sharding_strategy = ShardingStrategy.rowwise(N_SHARDS)
+        self.row.sharding_strategy = ShardingStrategy.columnwise(N_SHARDS)
+
+    def __call__(self, x1: TensorValue, x2: TensorValue) -> tuple[TensorValue, ...]:
+        devices = [DeviceRef.CPU()] * N_SHARDS
+        col_out = ops.concat([s(x1) for s in self.col.shard(devices)], axis=-1)
+        k_part = self.row.in_features // N_SHARDS
+        row_parts = [s(x2[:, i * k_part:(i + 1) * k_part])
+                     for i, s in enumerate(self.row.shard(devices))]
+        row_out = row_parts[0]
+        for part in row_parts[1:]:
+            row_out = row_out + part
+        return self.col(x1), col_out, self.row(x2), row_out
+
+    def state(self, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, Ref]]:
+        """Random weights of both layers (col: a valid act-order weight) as a state dict
+        (names relative to this module) and their float64 references (W [N, K], bias)."""
+        state, refs = {}, {}
+        for name, layer in (("col", self.col), ("row", self.row)):
+            w_float = rng.standard_normal((layer.out_features, layer.in_features))
+            weight = Int4Weight.from_float(w_float.astype(np.float32),
+                                           group_size=layer.group_size, symmetric=layer.symmetric)
+            if layer.act_order:  # the same codes read in a permuted K order
+                perm = rng.permutation(layer.in_features).astype(np.int64)
+                weight = dataclasses.replace(weight, perm=perm)
+            bias = rng.standard_normal(layer.out_features).astype(np.float32)
+            state.update({f"{name}.{k}": v for k, v in layer.int4_state(weight, bias).items()})
+            refs[name] = (weight.dequantize().astype(np.float64), bias.astype(np.float64))
+        return state, refs
+
+
 class Layers(Module):
-    """Every case as one Int4Linear, each on its own input."""
+    """Every case as one Int4Linear, each on its own input; on the CPU also a ShardedPair
+    (two more inputs [m, 256], [m, 512] bf16 and its four outputs last)."""
 
     def __init__(self, device: DeviceRef) -> None:
         super().__init__()
@@ -88,24 +137,47 @@ class Layers(Module):
                        act_order=c.act_order, has_bias=c.bias, dtype=c.dtype, device=device)
             for c in CASES
         ])
+        self.pair = ShardedPair() if device.is_cpu() else None
 
     def __call__(self, *xs: TensorValue) -> tuple[TensorValue, ...]:
-        return tuple(layer(x) for layer, x in zip(self.layers, xs, strict=True))
+        outs = tuple(layer(x) for layer, x in zip(self.layers, xs, strict=False))
+        if self.pair is not None:
+            outs += self.pair(*xs[len(CASES):])
+        return outs
 
 
 def input_types(device: DeviceRef) -> list[TensorType]:
-    """One input per case: [m_i, K], or [1, m_i, K] for the rank-3 cases (symbolic m_i)."""
-    return [
+    """One input per case: [m_i, K], or [1, m_i, K] for the rank-3 cases (symbolic m_i); on
+    the CPU then the ShardedPair's two inputs."""
+    types = [
         TensorType(c.dtype, [1, f"m{i}", c.k] if c.rank3 else [f"m{i}", c.k], device)
         for i, c in enumerate(CASES)
     ]
+    if device.is_cpu():
+        types += [TensorType(DType.bfloat16, ["mp", k], device) for k in PAIR_K]
+    return types
 
 
-def run_cases(device_kind: str) -> None:
-    """Compiles the all-cases graph once on `device_kind` and checks every M."""
+PAIR_K = (256, 512)
+"""in_features of the ShardedPair's col and row layers."""
+
+
+@dataclass
+class Compiled:
+    """The all-cases model on one device, with the float64 references of its weights."""
+
+    model: Model
+    device: Device
+    refs: list[tuple[np.ndarray, np.ndarray | None]]
+    pair_refs: dict[str, Ref]
+
+
+@cache
+def compiled(device_kind: str) -> Compiled:
+    """The all-cases graph compiled once on `device_kind` ("cpu" or "gpu")."""
     rng = np.random.default_rng(2026)
     device = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
-    driver_device = Accelerator() if device_kind == "gpu" else CPU()
+    driver_device: Device = Accelerator() if device_kind == "gpu" else CPU()
     model_layers = Layers(device)
     refs, state = [], {}
     for i, (case, layer) in enumerate(zip(CASES, model_layers.layers, strict=True)):
@@ -113,18 +185,40 @@ def run_cases(device_kind: str) -> None:
         bias = rng.standard_normal(case.n).astype(np.float32) if case.bias else None
         state.update({f"layers.{i}.{k}": v for k, v in layer.int4_state(weight, bias).items()})
         refs.append((w_ref, bias))
+    pair_refs: dict[str, Ref] = {}
+    if model_layers.pair is not None:
+        pair_state, pair_refs = model_layers.pair.state(rng)
+        state.update({f"pair.{k}": v for k, v in pair_state.items()})
     model_layers.load_state_dict(state)
     session = InferenceSession(devices=[CPU(), driver_device] if device_kind == "gpu" else [CPU()])
     model = model_layers.compile(*input_types(device), session=session)
+    return Compiled(model, driver_device, refs, pair_refs)
+
+
+def case_inputs(rng: np.random.Generator, m: int, c: Compiled,
+                pair_xs: tuple[np.ndarray, ...] | None = None) -> tuple[list[Buffer], list]:
+    """Random inputs of every case for `m` rows (+ the pair's, zeros unless given) and the
+    cases' float64 copies."""
+    xs, x_refs = [], []
+    for case in CASES:
+        x = rng.standard_normal((m, case.k)).astype(numpy_dtype(case.dtype))
+        x_refs.append(x.astype(np.float64))
+        buf: Buffer = to_buffer(x.reshape((1, m, case.k)) if case.rank3 else x, case.dtype)
+        xs.append(buf.to(c.device))
+    if c.pair_refs:
+        pair_xs = pair_xs or tuple(np.zeros((m, k), np.float32) for k in PAIR_K)
+        xs += [to_buffer(x, DType.bfloat16).to(c.device) for x in pair_xs]
+    return xs, x_refs
+
+
+def run_cases(device_kind: str) -> None:
+    """Runs every M through the all-cases model of `device_kind` and checks every case."""
+    rng = np.random.default_rng(2027)
+    c = compiled(device_kind)
     for m in M_VALUES:
-        xs, x_refs = [], []
-        for case in CASES:
-            x = rng.standard_normal((m, case.k)).astype(numpy_dtype(case.dtype))
-            x_refs.append(x.astype(np.float64))
-            buf: Buffer = to_buffer(x.reshape((1, m, case.k)) if case.rank3 else x, case.dtype)
-            xs.append(buf.to(driver_device))
-        outs = model.execute(*xs)
-        for case, out, x64, (w_ref, bias) in zip(CASES, outs, x_refs, refs, strict=True):
+        xs, x_refs = case_inputs(rng, m, c)
+        outs = c.model.execute(*xs)
+        for case, out, x64, (w_ref, bias) in zip(CASES, outs, x_refs, c.refs, strict=False):
             got = to_numpy(out).astype(np.float64).reshape(m, case.n)
             if m == 0:
                 continue

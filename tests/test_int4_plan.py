@@ -13,16 +13,15 @@ import re
 
 import pytest
 
-from mojo_gemm.int4.plan import compile_int4_plans, int4_gpu_plan
+from mojo_gemm.int4.plan import int4_gpu_plan
+from plan_graph import compile_plan_graph
 
 SMEM_LIMIT = 227 * 1024
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_plan_graph() -> None:
-    # every variant below in one graph: one compile instead of one per variant
-    compile_int4_plans([{}, {"has_zeros": True}, {"arch": "sm_80"}, {"arch": "sm_89"},
-                        {"arch": "sm_100a"}, {"arch": "gfx950"}, {"force": "ampere"}])
+    compile_plan_graph()  # every variant used below (and test_k_cache_plan's) in one graph
 
 
 def field(plan: str, name: str) -> int:

@@ -11,20 +11,15 @@ from __future__ import annotations
 import pytest
 
 from mojo_gemm import k_cache_gpu_plan
-from mojo_gemm.k_cache.plan import compile_k_cache_plans
+from plan_graph import compile_plan_graph
 
 K = 4096
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_plan_graph() -> None:
-    # every variant below in one graph: one compile instead of one per variant
-    compile_k_cache_plans(
-        [{"granularity": g} for g in [(1, 128, 128), (1, 128, 64), (1, 128, 32), (1, 128, 96),
-                                      (1, 1, 1)]]
-        + [{"arch": a} for a in ("sm_80", "sm_89", "gfx950", "sm_100a")]
-        + [{"force": f} for f in ("portable", "ampere")]
-    )
+    compile_plan_graph()  # every variant used below (and test_int4_plan's) in one graph
+
 
 CASES = [
     # decode: 16-token CTAs of 8 weight rows; from N = LARGE_N 16 rows, rows resolved late

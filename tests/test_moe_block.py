@@ -4,7 +4,8 @@ a MAX graph vs its float64 reference (`mojo_gemm.models.reference.moe_reference`
 One graph holds two blocks (bf16: H=200, I=72, 16 experts, top-2; fp16: H=96, I=40, 5 experts,
 top-3) with a symbolic token count, so it compiles once per device and every T below (1: most
 groups empty, ragged 7, 37) reuses it. Also checks the routing outputs and the configuration
-errors.
+errors. On the CPU the graph also holds the bf16 block's expert-parallel shards
+(tests/test_moe_shard.py checks them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from max.driver import CPU, Accelerator, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
-from max.graph import DeviceRef, Graph, TensorType, TensorValue
+from max.graph import DeviceRef, Graph, ShardingStrategy, TensorType, TensorValue, ops
 from max.nn import LayerList, Module
 
 from mojo_gemm.core.host import to_buffer, to_numpy
@@ -38,6 +39,8 @@ class Case:
 
 
 CASES = (Case(200, 72, 16, 2, DType.bfloat16), Case(96, 40, 5, 3, DType.float16))
+N_SHARDS = 2
+"""Expert shards of the first block (CPU graph only)."""
 
 
 def case_weights(case: Case, seed: int) -> tuple[np.ndarray, ...]:
@@ -51,19 +54,31 @@ def case_weights(case: Case, seed: int) -> tuple[np.ndarray, ...]:
 
 
 class Blocks(Module):
-    """Every case as one MoEBlock on its own input; outputs y, ids, weights per block."""
+    """Every case as one MoEBlock on its own input; outputs y, ids, weights per block, and on
+    the CPU last the float32 sum of the first block's N_SHARDS expert shards (MAX's
+    `ShardingStrategy.expert_parallel`, every shard on the CPU device)."""
 
     def __init__(self, device: DeviceRef) -> None:
         super().__init__()
+        self.device = device
         self.blocks = LayerList([
             MoEBlock(c.hidden, c.inter, c.experts, c.top_k, dtype=c.dtype, device=device)
             for c in CASES
         ])
+        if device.is_cpu():
+            self.blocks[0].sharding_strategy = ShardingStrategy.expert_parallel(N_SHARDS)
 
     def __call__(self, *xs: TensorValue) -> tuple[TensorValue, ...]:
         outs: list[TensorValue] = []
         for block, x in zip(self.blocks, xs, strict=True):
             outs += [block(x), *block.route(x)]
+        if self.device.is_cpu():
+            parts = [ops.cast(s(xs[0]), DType.float32)
+                     for s in self.blocks[0].shard([self.device] * N_SHARDS)]
+            total = parts[0]
+            for part in parts[1:]:
+                total = total + part
+            outs.append(total)
         return tuple(outs)
 
 

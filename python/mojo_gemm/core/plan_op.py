@@ -3,13 +3,15 @@
 The int4 and K-cache ops each register a `*_plan` op computing, on the host, the kernel and tile
 their GPU dispatch picks (the dispatch's own Mojo function). This module holds the one way to
 call such an op from Python: a tiny CPU graph per (op, parameters), compiled once per process,
-or one graph holding the op once per parameter set (`compile_plans`), which costs about as much
-to compile as a graph of one: the compile's fixed cost dominates, not each specialization.
+or one graph holding several ops once per parameter set each (`compile_plans`), which costs
+about as much to compile as a graph of one: the compile's fixed cost dominates, not each
+specialization.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -18,12 +20,39 @@ import numpy as np
 Parameters = tuple[tuple[str, int | bool | str], ...]
 _PlanKey = tuple[str, int, int, Parameters]
 
-_BATCHED: dict[_PlanKey, tuple[Any, int]] = {}
-"""(op, n_sizes, plan_bytes, parameters) -> (model of `compile_plans`, its output index)."""
 
 
-def _compile(op: str, n_sizes: int, plan_bytes: int, parameter_sets: Sequence[Parameters]) -> Any:
-    """One CPU graph: int64 sizes [n_sizes] in, one uint8 [plan_bytes] plan per parameter set."""
+@dataclass(frozen=True)
+class PlanBatch:
+    """One plan op with the compile-time parameter sets `compile_plans` builds it for.
+
+    idle_sizes: int64 sizes [n_sizes] that every set accepts; the batched graph feeds them to
+    this op's input while a plan of another op is asked for.
+    """
+
+    op: str
+    n_sizes: int
+    plan_bytes: int
+    parameter_sets: tuple[Mapping[str, int | bool | str], ...]
+    idle_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Batched:
+    model: Any
+    input_index: int
+    output_index: int
+    idle_sizes: tuple[tuple[int, ...], ...]
+    """Every input's idle sizes, in input order."""
+
+
+_BATCHED: dict[_PlanKey, _Batched] = {}
+"""(op, n_sizes, plan_bytes, parameters) -> where `compile_plans` put that plan."""
+
+
+def _compile(name: str, inputs: Sequence[tuple[str, int, int, Sequence[Parameters]]]) -> Any:
+    """One CPU graph: per entry (op, n_sizes, plan_bytes, parameter sets) an int64 sizes
+    [n_sizes] input and one uint8 [plan_bytes] output per parameter set, in entry order."""
     from max.driver import CPU
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -32,38 +61,51 @@ def _compile(op: str, n_sizes: int, plan_bytes: int, parameter_sets: Sequence[Pa
     from .extension import kernels_package
 
     cpu = DeviceRef.CPU()
-    parts = [op] if len(parameter_sets) == 1 else [op, f"x{len(parameter_sets)}"]
-    parts += [f"{k}{v if isinstance(v, str) else int(v)}" for k, v in parameter_sets[0]]
-    name = "".join(c if c.isalnum() else "_" for c in "_".join(parts))
-    with Graph(name, input_types=[TensorType(DType.int64, [n_sizes], cpu)],
-               custom_extensions=[kernels_package()]) as graph:
+    types = [TensorType(DType.int64, [n_sizes], cpu) for _, n_sizes, _, _ in inputs]
+    with Graph(name, input_types=types, custom_extensions=[kernels_package()]) as graph:
         plans = [
-            ops.custom(op, cpu, [graph.inputs[0].tensor],
+            ops.custom(op, cpu, [graph.inputs[i].tensor],
                        [TensorType(DType.uint8, [plan_bytes], cpu)],
                        parameters=dict(parameters))[0].tensor
+            for i, (op, _, plan_bytes, parameter_sets) in enumerate(inputs)
             for parameters in parameter_sets
         ]
         graph.output(*plans)
     return InferenceSession(devices=[CPU()]).load(graph)
 
 
+def _graph_name(op: str, parameters: Parameters) -> str:
+    parts = [op] + [f"{k}{v if isinstance(v, str) else int(v)}" for k, v in parameters]
+    return "".join(c if c.isalnum() else "_" for c in "_".join(parts))
+
+
 @cache
 def _plan_model(op: str, n_sizes: int, plan_bytes: int, parameters: Parameters) -> Any:
-    return _compile(op, n_sizes, plan_bytes, [parameters])
+    return _compile(_graph_name(op, parameters), [(op, n_sizes, plan_bytes, [parameters])])
 
 
-def compile_plans(op: str, n_sizes: int, plan_bytes: int,
-                  parameter_sets: Sequence[Mapping[str, int | bool | str]]) -> None:
-    """Compiles ONE graph holding the plan op `op` once per compile-time parameter set (int64
-    sizes [n_sizes] in, uint8 [plan_bytes] out), so later `plan_text` calls with any of these
-    sets need no compile of their own. Sets already compiled this way are left out."""
-    keys = list(dict.fromkeys(tuple(sorted(p.items())) for p in parameter_sets))
-    keys = [p for p in keys if (op, n_sizes, plan_bytes, p) not in _BATCHED]
-    if not keys:
+def compile_plans(*batches: PlanBatch) -> None:
+    """Compiles ONE graph holding every batch's op once per parameter set, so later
+    `plan_text` calls with any of these (op, parameters) need no compile of their own. Sets
+    already compiled this way are left out."""
+    entries = []
+    for b in batches:
+        keys = list(dict.fromkeys(tuple(sorted(p.items())) for p in b.parameter_sets))
+        keys = [p for p in keys if (b.op, b.n_sizes, b.plan_bytes, p) not in _BATCHED]
+        if keys:
+            entries.append((b, keys))
+    if not entries:
         return
-    model = _compile(op, n_sizes, plan_bytes, keys)
-    for index, parameters in enumerate(keys):
-        _BATCHED[(op, n_sizes, plan_bytes, parameters)] = (model, index)
+    name = _graph_name("_".join(b.op for b, _ in entries), entries[0][1][0])
+    model = _compile(f"{name}_x{sum(len(k) for _, k in entries)}",
+                     [(b.op, b.n_sizes, b.plan_bytes, keys) for b, keys in entries])
+    idle = tuple(b.idle_sizes for b, _ in entries)
+    output = 0
+    for index, (b, keys) in enumerate(entries):
+        for parameters in keys:
+            _BATCHED[(b.op, b.n_sizes, b.plan_bytes, parameters)] = _Batched(
+                model, index, output, idle)
+            output += 1
 
 
 def plan_text(op: str, sizes: Sequence[int], plan_bytes: int,
@@ -76,9 +118,11 @@ def plan_text(op: str, sizes: Sequence[int], plan_bytes: int,
     sizes_buffer = Buffer.from_numpy(np.array(sizes, dtype=np.int64))
     raw = None
     if key in _BATCHED:
-        model, index = _BATCHED[key]
+        b = _BATCHED[key]
+        feeds = [Buffer.from_numpy(np.array(s, dtype=np.int64)) for s in b.idle_sizes]
+        feeds[b.input_index] = sizes_buffer
         try:
-            raw = model.execute(sizes_buffer)[index].to_numpy()
+            raw = b.model.execute(*feeds)[b.output_index].to_numpy()
         except Exception:  # another set's plan rejected these sizes: run this set alone
             raw = None
     if raw is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.plan_op import compile_plans, plan_text
+from ..core.plan_op import PlanBatch, plan_text
 from ..core.rules import BOOL, INT, check_types
 from ..core.targets import check_plan_arch
 from .contract import int4_padded
@@ -53,14 +53,16 @@ def _parameters(group_size: int, has_zeros: bool, arch: str,
             "force_path": forced}
 
 
-def compile_int4_plans(variants: Iterable[Mapping[str, Any]]) -> None:
-    """Compiles the plan op for every variant in ONE CPU graph, so that the `int4_gpu_plan`
-    calls with these variants that follow (any m, n, k) need no compile of their own.
+def int4_plan_batch(variants: Iterable[Mapping[str, Any]]) -> PlanBatch:
+    """The plan op once per variant, for `core.plan_op.compile_plans`: after
+    `compile_plans(int4_plan_batch(variants), ...)` (one CPU graph, other ops' batches may share
+    it) the `int4_gpu_plan` calls with these variants need no compile of their own.
 
     variants: keyword arguments of `int4_gpu_plan` other than m, n, k (group_size, has_zeros,
     arch, force; missing ones take its defaults), e.g. [{}, {"arch": "sm_89"}].
     """
     defaults: dict[str, Any] = {"group_size": 128, "has_zeros": False, "arch": "sm_90a",
                                 "force": None}
-    compile_plans(OP_NAME, 3, PLAN_BYTES,
-                  [_parameters(**{**defaults, **v}) for v in variants])
+    return PlanBatch(OP_NAME, 3, PLAN_BYTES,
+                     tuple(_parameters(**{**defaults, **v}) for v in variants), (1, 4096, 4096))
+

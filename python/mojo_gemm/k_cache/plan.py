@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.plan_op import compile_plans, plan_text
+from ..core.plan_op import PlanBatch, plan_text
 from ..core.rules import INT, INT_SEQ, check_types, optional
 from ..core.targets import check_plan_arch
 
@@ -75,13 +75,16 @@ def _parameters(granularity: tuple[int, int, int], arch: str,
             "arch": arch, "force_path": forced}
 
 
-def compile_k_cache_plans(variants: Iterable[Mapping[str, Any]]) -> None:
-    """Compiles the plan op for every variant in ONE CPU graph, so that the `k_cache_gpu_plan`
-    calls with these variants that follow (any t, n, k, strides) need no compile of their own.
+def k_cache_plan_batch(variants: Iterable[Mapping[str, Any]]) -> PlanBatch:
+    """The plan op once per variant, for `core.plan_op.compile_plans`: after
+    `compile_plans(k_cache_plan_batch(variants), ...)` (one CPU graph, other ops' batches may share
+    it) the `k_cache_gpu_plan` calls with these variants need no compile of their own.
 
     variants: keyword arguments of `k_cache_gpu_plan` among granularity, arch and force
     (missing ones take its defaults), e.g. [{}, {"granularity": (1, 128, 64)}].
     """
     defaults: dict[str, Any] = {"granularity": (1, 128, 128), "arch": "sm_90a", "force": None}
-    compile_plans(OP_NAME, 5, PLAN_BYTES,
-                  [_parameters(**{**defaults, **v}) for v in variants])
+    return PlanBatch(OP_NAME, 5, PLAN_BYTES,
+                     tuple(_parameters(**{**defaults, **v}) for v in variants),
+                     (1, 1024, 4096, 4096, 4096))
+
