@@ -3,12 +3,11 @@
     python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
-the rest CUDA): the graphs are compiled, nothing runs. By default option combinations are
-covered pairwise (int4 and PagedKVProjection in a graph each, grouped_matmul, the K-cache op
-and moe_route together in one); --one-graph compiles a single graph holding one instance
-of every op instead (each target's kernel path once, for the targets CI checks besides sm_90a;
-the grouped SM100 kernel's epilogue variants and both cta_group values are built by the sm_100a
-PTX check of scripts/check_ptx.py).
+the rest CUDA): the graphs are compiled, nothing runs. By default one graph holds every op's
+specializations (option combinations covered pairwise); --one-graph compiles a single graph
+holding one instance of every op instead (each target's kernel path once, for the targets CI
+checks besides sm_90a; the grouped SM100 kernel's epilogue variants and both cta_group values
+are built by the sm_100a PTX check of scripts/check_ptx.py).
 """
 
 from __future__ import annotations
@@ -20,18 +19,17 @@ import time
 from max import driver
 
 
-def compile_int4() -> None:
-    """Builds and compiles one graph with int4 layers covering the op's GPU specializations."""
-    from max.driver import CPU, Accelerator
+def _int4_part():  # type: ignore[no-untyped-def]
+    """Int4Linear layers covering the op's GPU specializations (pairwise over group size,
+    symmetric, act-order, bias and dtype), as a part of _compile_parts."""
     from max.dtype import DType
-    from max.engine import InferenceSession
     from max.graph import DeviceRef, TensorType
-    from max.nn import LayerList, Module
+    from max.nn import LayerList
 
     from mojo_gemm import Int4Linear
 
     gpu = DeviceRef.GPU()
-    # (k, n, group_size, symmetric, act_order, bias, dtype): pairwise over the parameters
+    # (k, n, group_size, symmetric, act_order, bias, dtype)
     configs = [
         (4096, 4096, 128, True, False, False, DType.bfloat16),
         (256, 200, 64, False, True, True, DType.float16),
@@ -39,41 +37,38 @@ def compile_int4() -> None:
         (200, 64, -1, True, False, True, DType.float16),
     ]
 
-    class Layers(Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = LayerList([
-                Int4Linear(k, n, group_size=g, symmetric=s, act_order=a, has_bias=b, dtype=d,
-                           device=gpu)
-                for k, n, g, s, a, b, d in configs
-            ])
+    layers = LayerList([
+        Int4Linear(k, n, group_size=g, symmetric=s, act_order=a, has_bias=b, dtype=d, device=gpu)
+        for k, n, g, s, a, b, d in configs
+    ])
 
-        def __call__(self, *xs):  # type: ignore[no-untyped-def]
-            return tuple(layer(x) for layer, x in zip(self.layers, xs, strict=True))
+    def build(inputs):  # type: ignore[no-untyped-def]
+        return [layer(x.tensor) for layer, x in zip(layers, inputs, strict=True)]
 
-    layers = Layers()
-    registry = layers.state_dict()  # zero weights; also gives every weight its unique FQN name
     types = [TensorType(d, [f"m{i}", k], gpu) for i, (k, *_, d) in enumerate(configs)]
-    session = InferenceSession(devices=[CPU(), Accelerator()])
-    layers.compile(*types, session=session, weights=registry)
+    return types, build, layers
 
 
 def _compile_parts(name: str, parts: list) -> None:  # type: ignore[type-arg]
-    """Compiles ONE graph holding every part: a part is (input types, build), build taking its
-    inputs and returning its outputs. One graph instead of one per op saves the per-graph cost
-    of MAX's compile (about 30 CPU-s) for each part after the first."""
+    """Compiles ONE graph holding every part: a part is (input types, build, module or None),
+    build taking its inputs and returning its outputs, the module holding its weights (zero
+    weights are bound). One graph instead of one per op saves the per-graph cost of MAX's
+    compile (about 30 CPU-s) for each part after the first."""
     from max.driver import CPU, Accelerator
     from max.engine import InferenceSession
     from max.graph import Graph
+    from max.nn import LayerList
 
-    types = [t for part_types, _ in parts for t in part_types]
+    # zero weights; the state dict also gives every weight its unique FQN name
+    registry = LayerList([m for _, _, m in parts if m is not None]).state_dict()
+    types = [t for part_types, _, _ in parts for t in part_types]
     with Graph(name, input_types=types) as graph:
         inputs, outputs = list(graph.inputs), []
-        for part_types, build in parts:
+        for part_types, build, _ in parts:
             mine, inputs = inputs[:len(part_types)], inputs[len(part_types):]
             outputs += build(mine)
         graph.output(*outputs)
-    InferenceSession(devices=[CPU(), Accelerator()]).load(graph)
+    InferenceSession(devices=[CPU(), Accelerator()]).load(graph, weights_registry=registry)
 
 
 def _grouped_part():  # type: ignore[no-untyped-def]
@@ -113,7 +108,7 @@ def _grouped_part():  # type: ignore[no-untyped-def]
         y3 = grouped_matmul(a3.tensor, b3.tensor, *route, a_plane_splits=(256, 512))
         return [y1, y3]
 
-    return types, build
+    return types, build, None
 
 
 def _k_cache_part():  # type: ignore[no-untyped-def]
@@ -173,20 +168,18 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
                                         gran, 1, kv_scale=kv_scale)
         return []
 
-    return types, build
+    return types, build, None
 
 
-def compile_kv_projection() -> None:
-    """Compiles one graph with two PagedKVProjection layers: `quantize_fp8_rows` (bf16 and fp16
-    activations) feeding `k_matmul_ragged_paged_scale` and its V twin
+def _kv_projection_part():  # type: ignore[no-untyped-def]
+    """Two PagedKVProjection layers, as a part of _compile_parts: `quantize_fp8_rows` (bf16 and
+    fp16 activations) feeding `k_matmul_ragged_paged_scale` and its V twin
     `v_matmul_ragged_paged_scale` (granularity (1, 128, 128): wgmma and mma.sync kernels) into a
     bf16 and an fp8 cache; symbolic T and B.
     """
-    from max.driver import CPU, Accelerator
     from max.dtype import DType
-    from max.engine import InferenceSession
     from max.graph import BufferType, DeviceRef, TensorType
-    from max.nn import LayerList, Module
+    from max.nn import LayerList
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
     from mojo_gemm.k_cache.layer import PagedKVProjection
@@ -197,40 +190,35 @@ def compile_kv_projection() -> None:
     params = [MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2, page_size=128,
                                devices=[gpu]) for dt, _, _ in configs]
 
-    class Layers(Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = LayerList([
-                PagedKVProjection(p, hidden, 1, dtype=xdt, device=gpu)
-                for (_, xdt, hidden), p in zip(configs, params, strict=True)
-            ])
+    layers = LayerList([
+        PagedKVProjection(p, hidden, 1, dtype=xdt, device=gpu)
+        for (_, xdt, hidden), p in zip(configs, params, strict=True)
+    ])
 
-        def __call__(self, offsets, *rest):  # type: ignore[no-untyped-def]
-            it = iter(rest)
-            for layer in self.layers:
-                x, blocks, stride, lens, lut, mp, mc = (next(it) for _ in range(7))
-                coll = PagedCacheValues(
-                    kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
-                    max_prompt_length=mp.tensor, max_cache_length=mc.tensor,
-                    page_stride=stride.tensor,
-                )
-                layer(x.tensor, offsets.tensor, coll)
+    def build(inputs):  # type: ignore[no-untyped-def]
+        offsets, *rest = inputs
+        it = iter(rest)
+        for layer in layers:
+            x, blocks, stride, lens, lut, mp, mc = (next(it) for _ in range(7))
+            coll = PagedCacheValues(
+                kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
+                max_prompt_length=mp.tensor, max_cache_length=mc.tensor, page_stride=stride.tensor,
+            )
+            layer(x.tensor, offsets.tensor, coll)
+        return []
 
-    types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["B1"], gpu)]
+    types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["kvB1"], gpu)]
     for i, ((_, xdt, hidden), p) in enumerate(zip(configs, params, strict=True)):
         types += [
-            TensorType(xdt, ["T", hidden], gpu),
-            BufferType(p.dtype, [f"pages{i}", *p.shape_per_block], gpu),
+            TensorType(xdt, ["kvT", hidden], gpu),
+            BufferType(p.dtype, [f"kvpages{i}", *p.shape_per_block], gpu),
             TensorType(DType.int64, [1], cpu),
-            TensorType(DType.uint32, ["B"], gpu),
-            TensorType(DType.uint32, ["B", f"cols{i}"], gpu),
+            TensorType(DType.uint32, ["kvB"], gpu),
+            TensorType(DType.uint32, ["kvB", f"kvcols{i}"], gpu),
             TensorType(DType.uint32, [1], cpu),
             TensorType(DType.uint32, [1], cpu),
         ]
-    layers = Layers()
-    registry = layers.state_dict()  # zero weights; also gives every weight its unique FQN name
-    session = InferenceSession(devices=[CPU(), Accelerator()])
-    layers.compile(*types, session=session, weights=registry)
+    return types, build, layers
 
 
 def _moe_route_part():  # type: ignore[no-untyped-def]
@@ -255,17 +243,20 @@ def _moe_route_part():  # type: ignore[no-untyped-def]
                      r.a_offsets, r.expert_usage_stats]
         return outs
 
-    return types, build
+    return types, build, None
 
 
-def compile_grouped_k_cache_moe_route() -> None:
-    """The grouped_matmul, K-cache and moe_route parts in ONE graph."""
-    _compile_parts("grouped_k_cache_moe_route_gpu_compile",
-                   [_grouped_part(), _k_cache_part(), _moe_route_part()])
+def compile_every_specialization() -> None:
+    """Every op's GPU specializations (the parts above) in ONE graph."""
+    _compile_parts("every_specialization_gpu_compile",
+                   [_int4_part(), _grouped_part(), _k_cache_part(), _moe_route_part(),
+                    _kv_projection_part()])
 
 
-SHARED_NAME = ("grouped_matmul_sm100_persistent + k_matmul_ragged_paged_scale + "
-               "moe_route_topk_group (one graph)")
+SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
+                        "grouped_matmul_sm100_persistent, k_matmul_ragged_paged_scale, "
+                        "moe_route_topk_group, quantize_fp8_rows + k/v_matmul_ragged_paged_scale "
+                        "(PagedKVProjection) (one graph)")
 
 
 def compile_every_op() -> None:
@@ -388,10 +379,7 @@ def main() -> None:
     builds = ((SHARDED_NAME, compile_sharded_int4),) if args.sharded else (
         (ONE_GRAPH_NAME, compile_every_op),
     ) if args.one_graph else (
-        ("multistage_gemm_q", compile_int4),
-        (SHARED_NAME, compile_grouped_k_cache_moe_route),
-        ("quantize_fp8_rows + k/v_matmul_ragged_paged_scale (PagedKVProjection)",
-         compile_kv_projection),
+        (SPECIALIZATIONS_NAME, compile_every_specialization),
     )
     for name, build in builds:
         t0 = time.perf_counter()
