@@ -68,6 +68,11 @@ SCENARIOS = (
     Scenario("clamped_ids", 64, (0, 10, 30, 9999), (7, -5, 1), (5000, 100)),
     # non-monotone offsets: group 1 [40, 20) is empty, group 2 [20, 60) overlaps group 0
     Scenario("non_monotone", 60, (0, 40, 20, 60), (0, 1, 2), (40, 3)),
+    # empty inputs: no token and no group (a_offsets holds one entry), no token in two groups,
+    # tokens but no group (the in-place buffer keeps every row)
+    Scenario("empty_T0_G0", 0, (0,), (), (0, 0)),
+    Scenario("empty_T0_G2", 0, (0, 0, 0), (1, -1), (0, 2)),
+    Scenario("empty_T5_G0", 5, (0,), (), (0, 0)),
 )
 
 
@@ -111,6 +116,7 @@ def reference(
 def check(name: str, got: np.ndarray, ref: np.ndarray, owners: np.ndarray) -> None:
     """Rows owned by exactly one group match (rel. Frobenius <= 1e-2; zero rows exactly);
     rows owned by several groups are finite (which group wins is unspecified)."""
+    assert got.shape == ref.shape, f"{name}: shape {got.shape}, expected {ref.shape}"
     one = owners == 1
     g, r = got[one].astype(np.float64), ref[one]
     assert np.isfinite(got[owners > 0]).all(), f"{name}: non-finite output"

@@ -187,6 +187,8 @@ class Batch:
     cache_lengths: list[int]
     lut_overrides: dict[tuple[int, int], int]  # (b, col) -> page id (bad data on purpose)
     lut_cols: int | None = None
+    extra_rows: int = 0
+    """Hidden rows past input_row_offsets[B]: no sequence owns them, nothing may be written."""
 
 
 BATCHES = {
@@ -196,6 +198,9 @@ BATCHES = {
     "single_long": Batch([70], [0], {}),
     "prefill_long": Batch([150, 3], [0, 20], {}),
     "empty": Batch([0, 0], [4, 0], {}),
+    # no sequence at all (input_row_offsets = [0]), without and with hidden rows
+    "no_sequence": Batch([], [], {}),
+    "rows_without_sequence": Batch([], [], {}, extra_rows=3),
     # bad runtime data: page ids past the cache and positions past the lookup table are skipped
     "bad_runtime_data": Batch([5, 20, 4], [14, 0, 62], {(0, 1): 10_000, (1, 1): 41}, lut_cols=4),
 }
@@ -254,8 +259,9 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
     dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
     rng = np.random.default_rng(seed)
     offsets = np.concatenate([[0], np.cumsum(batch.lengths)]).astype(np.uint32)
-    t_total = int(offsets[-1])
+    t_total = int(offsets[-1]) + batch.extra_rows
     cache_lengths = np.array(batch.cache_lengths, np.uint32)
+    max_cache = int((cache_lengths + np.array(batch.lengths, np.uint32)).max(initial=0))
 
     def to_dev(x: np.ndarray) -> Buffer:
         return Buffer.from_numpy(np.ascontiguousarray(x)).to(dev)
@@ -286,9 +292,7 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
             to_dev(cache_lengths),
             to_dev(lut),
             Buffer.from_numpy(np.array([max(batch.lengths, default=0)], np.uint32)),
-            Buffer.from_numpy(
-                np.array([int((cache_lengths + np.array(batch.lengths)).max())], np.uint32)
-            ),
+            Buffer.from_numpy(np.array([max_cache], np.uint32)),
         ]
     expected: dict[str, list[tuple[np.ndarray, np.ndarray, int, int]]] = {
         c.name: [] for c in CACHES

@@ -150,8 +150,9 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
     dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
     rng = np.random.default_rng(seed)
     offsets = np.concatenate([[0], np.cumsum(batch.lengths)]).astype(np.uint32)
-    t_total = int(offsets[-1])
+    t_total = int(offsets[-1]) + batch.extra_rows
     cache_lengths = np.array(batch.cache_lengths, np.uint32)
+    max_cache = int((cache_lengths + np.array(batch.lengths, np.uint32)).max(initial=0))
     xs = [
         (rng.standard_normal((t_total, h)) * rng.uniform(0.2, 3.0, (t_total, 1)))
         .astype(numpy_dtype(dt)).astype(np.float64)
@@ -175,7 +176,7 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
             Buffer.from_numpy(cache_lengths).to(dev),
             Buffer.from_numpy(lut).to(dev),
             Buffer.from_numpy(np.array([max(batch.lengths, default=0)], np.uint32)),
-            Buffer.from_numpy(np.array([int((cache_lengths + batch.lengths).max())], np.uint32)),
+            Buffer.from_numpy(np.array([max_cache], np.uint32)),
         ]
     model.execute(*inputs)
 
@@ -214,7 +215,8 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
             assert changed[want_mask].mean() > 0.9, f"{c.name}: target slots not written"
 
 
-CASES = ("prefill_ragged", "decode", "prefill_long", "empty")
+CASES = ("prefill_ragged", "decode", "prefill_long", "empty", "no_sequence",
+         "rows_without_sequence")
 
 
 @pytest.mark.parametrize("batch", CASES)
