@@ -235,5 +235,5 @@ def test_int4_linear_cpu() -> None:
 
 @pytest.mark.gpu
 def test_int4_linear_gpu() -> None:
-    """All cases on the GPU path, M in {1, 7, 16, 33, 300}."""
+    """All cases on the GPU path, M in {0, 1, 7, 16, 33, 300}."""
     run_cases("gpu")
