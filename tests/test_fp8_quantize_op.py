@@ -1,29 +1,29 @@
 """`quantize_fp8_rows` through a MAX graph vs the host quantizer and float64.
 
-One graph per device holds three op instances (bf16 H = 200 with a partial last block, fp16
-H = 256 with block 64, fp32 H = 96 smaller than one block) with a symbolic T, so the Mojo op
-compiles once per device. Each batch checks that data and scales are bit-identical to
-`quantize_fp8_input(x, 1, block)` (zero rows and zero blocks included: scale 1.0; float32 rows
-whose quotients sit next to e4m3 rounding ties, which only a correctly rounded division gets
-right) and that the dequantized values are within e4m3's rounding bound of x in float64.
+One graph per device (tests/shared_op_graph.py, shared with test_moe_route) holds three op
+instances (bf16 H = 200 with a partial last block, fp16 H = 256 with block 64, fp32 H = 96
+smaller than one block) with a symbolic T, so the Mojo op compiles once per device. Each batch
+checks that data and scales are bit-identical to `quantize_fp8_input(x, 1, block)` (zero rows
+and zero blocks included: scale 1.0; float32 rows whose quotients sit next to e4m3 rounding
+ties, which only a correctly rounded division gets right) and that the dequantized values are
+within e4m3's rounding bound of x in float64.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import ml_dtypes
 import numpy as np
 import pytest
-from max.driver import CPU, Accelerator, Device
+from max.driver import CPU, Device
 from max.dtype import DType
-from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
 from mojo_gemm.core.host import numpy_dtype, to_buffer
 from mojo_gemm.fp8.op import quantize_fp8_rows
 from mojo_gemm.fp8.quant import E4M3, quantize_fp8_input
+from shared_op_graph import Part, quantize_part
 
 
 @dataclass(frozen=True)
@@ -42,18 +42,9 @@ TOKENS = (1, 7, 130)
 E4M3_SUBNORMAL_STEP = 2.0**-9
 
 
-@cache
-def compiled(device_kind: str) -> tuple[Model, Device]:
-    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
-    types = [TensorType(c.dtype, ["T", c.hidden], dref) for c in CASES]
-    with Graph(f"quantize_fp8_rows_{device_kind}", input_types=types) as g:
-        outs = []
-        for c, x in zip(CASES, g.inputs, strict=True):
-            outs += quantize_fp8_rows(x.tensor, c.block)
-        g.output(*outs)
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g), dev
+def compiled(device_kind: str) -> tuple[Part, Device]:
+    """Every case's op instance on `device_kind` (in tests/shared_op_graph.py's graph)."""
+    return quantize_part(device_kind)
 
 
 def tie_row(hidden: int, rng: np.random.Generator) -> np.ndarray:

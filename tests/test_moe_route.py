@@ -1,8 +1,9 @@
 """`moe_route` (the `moe_route_topk_group` op) through a MAX graph vs a numpy float64 reference.
 
-One graph per device holds four op instances with a symbolic T (bf16 E = 16 top-2; fp16 k = E = 5;
-bf16 E = 37 top-1; fp16 E = 100 top-7: E not a power of two, more experts than a warp has lanes),
-so the op compiles once per device, and every T (0, 1, 7, 33, 300) reuses it. Random data is
+One graph per device (tests/shared_op_graph.py, shared with test_fp8_quantize_op) holds four op
+instances with a symbolic T (bf16 E = 16 top-2; fp16 k = E = 5; bf16 E = 37 top-1; fp16 E = 100
+top-7: E not a power of two, more experts than a warp has lanes), so the op compiles once per
+device, and every T (0, 1, 7, 33, 300) reuses it. Random data is
 redrawn per token until its top k + 1 float64 logits are at least GAP apart (no near-ties, so
 float32 summation order cannot reorder them); the integer-valued case makes every logit exact in
 any order and has many exact ties, which must go to the lower expert id. Successive runs write
@@ -14,18 +15,17 @@ tests/mojo/moe_route_gpu_harness.mojo poisons its buffers explicitly).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import pytest
-from max.driver import CPU, Accelerator, Device
+from max.driver import Device
 from max.dtype import DType
-from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
 from mojo_gemm.core.host import to_buffer, to_numpy
 from mojo_gemm.models.reference import round_to
 from mojo_gemm.router.op import moe_route
+from shared_op_graph import Part, route_part
 
 
 @dataclass(frozen=True)
@@ -99,23 +99,9 @@ def reference(x: np.ndarray, w: np.ndarray, k: int) -> dict[str, np.ndarray]:
     }
 
 
-@cache
-def compiled(device_kind: str) -> tuple[Model, Device]:
-    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
-    types = []
-    for c in CASES:
-        types += [TensorType(c.dtype, ["T", c.hidden], dref),
-                  TensorType(c.dtype, [c.experts, c.hidden], dref)]
-    with Graph(f"moe_route_{device_kind}", input_types=types) as g:
-        outs = []
-        for n, c in enumerate(CASES):
-            r = moe_route(g.inputs[2 * n].tensor, g.inputs[2 * n + 1].tensor, c.top_k)
-            outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
-                     r.a_offsets, r.expert_ids, r.expert_usage_stats]
-        g.output(*outs)
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g), dev
+def compiled(device_kind: str) -> tuple[Part, Device]:
+    """Every case's op instance on `device_kind` (in tests/shared_op_graph.py's graph)."""
+    return route_part(device_kind)
 
 
 def run(device_kind: str) -> None:

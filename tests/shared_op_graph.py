@@ -1,0 +1,92 @@
+"""ONE graph per device holding the op instances of tests/test_moe_route.py and
+tests/test_fp8_quantize_op.py (both pure-op graphs with a symbolic token count and no weights),
+so the two files share one compile. Each file's `compiled(device)` returns a `Part` whose
+`execute` feeds the other file's inputs empty (T = 0, which both ops accept) and returns only
+its own outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from max.driver import CPU, Accelerator, Buffer, Device
+from max.engine import InferenceSession, Model
+from max.graph import DeviceRef, Graph, TensorType
+
+from mojo_gemm.core.host import to_buffer
+from mojo_gemm.fp8.op import quantize_fp8_rows
+from mojo_gemm.router.op import moe_route
+
+ROUTE_OUTPUTS = 8
+"""Values per moe_route case: topk_ids, topk_weights, token_index, row_scale, inverse,
+a_offsets, expert_ids, expert_usage_stats."""
+
+
+@dataclass
+class Part:
+    """One file's slice of the shared model: its inputs and outputs by position."""
+
+    model: Model
+    first_input: int
+    first_output: int
+    n_outputs: int
+    idle: list[Buffer]
+    """Every input of the graph when idle (zero rows for token-indexed inputs)."""
+
+    def execute(self, *inputs: Buffer) -> list[Buffer]:
+        """Runs the shared model with `inputs` as this part's inputs; this part's outputs."""
+        feeds = list(self.idle)
+        feeds[self.first_input:self.first_input + len(inputs)] = inputs
+        outs = self.model.execute(*feeds)
+        return list(outs[self.first_output:self.first_output + self.n_outputs])
+
+
+@cache
+def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
+    from test_fp8_quantize_op import CASES as QUANT_CASES
+    from test_moe_route import CASES as ROUTE_CASES
+
+    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
+    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
+    types = []
+    for c in ROUTE_CASES:
+        types += [TensorType(c.dtype, ["T", c.hidden], dref),
+                  TensorType(c.dtype, [c.experts, c.hidden], dref)]
+    types += [TensorType(c.dtype, ["Tq", c.hidden], dref) for c in QUANT_CASES]
+    with Graph(f"moe_route_quantize_{device_kind}", input_types=types) as g:
+        outs = []
+        for n, c in enumerate(ROUTE_CASES):
+            r = moe_route(g.inputs[2 * n].tensor, g.inputs[2 * n + 1].tensor, c.top_k)
+            outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
+                     r.a_offsets, r.expert_ids, r.expert_usage_stats]
+        for c, x in zip(QUANT_CASES, g.inputs[2 * len(ROUTE_CASES):], strict=True):
+            outs += quantize_fp8_rows(x.tensor, c.block)
+        g.output(*outs)
+    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
+    return session.load(g), dev, types
+
+
+def _part(device_kind: str, quantize: bool) -> tuple[Part, Device]:
+    from test_fp8_quantize_op import CASES as QUANT_CASES
+    from test_moe_route import CASES as ROUTE_CASES
+
+    model, dev, types = _model(device_kind)
+    idle = []
+    for t in types:  # symbolic dims (token counts) 0, static ones as they are
+        shape = tuple(d.dim if hasattr(d, "dim") else 0 for d in t.shape)
+        idle.append(to_buffer(np.zeros(shape), t.dtype).to(dev))
+    n_route_in, n_route_out = 2 * len(ROUTE_CASES), ROUTE_OUTPUTS * len(ROUTE_CASES)
+    if quantize:
+        return Part(model, n_route_in, n_route_out, 2 * len(QUANT_CASES), idle), dev
+    return Part(model, 0, 0, n_route_out, idle), dev
+
+
+def route_part(device_kind: str) -> tuple[Part, Device]:
+    """test_moe_route's slice: inputs x_i, router_i per case; ROUTE_OUTPUTS outputs each."""
+    return _part(device_kind, quantize=False)
+
+
+def quantize_part(device_kind: str) -> tuple[Part, Device]:
+    """test_fp8_quantize_op's slice: one x per case; data, scales per case."""
+    return _part(device_kind, quantize=True)
