@@ -10,10 +10,13 @@ matching state dict.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
+
 import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, Weight
+from max.graph import DeviceRef, ShardingStrategy, TensorValue, Weight
 from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
@@ -74,6 +77,73 @@ class PagedKVProjection(Module):
         self.k_weight_scale = Weight("k_weight_scale", DType.float32, scale_shape, device)
         self.v_weight = Weight("v_weight", fp8, [self.n, hidden_size], device)
         self.v_weight_scale = Weight("v_weight_scale", DType.float32, scale_shape, device)
+        self._sharding_strategy: ShardingStrategy | None = None
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """`ShardingStrategy.rowwise(n)`: the KV heads split over n devices, as MAX's
+        tensor-parallel attention splits its paged cache (each device's cache holds
+        n_kv_heads / n heads); shard i projects heads [i H/n, (i+1) H/n) into its device's
+        cache. None until set."""
+        return self._sharding_strategy
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy) -> None:
+        """Sets the head split; raises TypeError for a non-strategy and ValueError for another
+        strategy or when the heads or the weight-scale blocks do not divide by n."""
+        check_types(
+            "PagedKVProjection.sharding_strategy",
+            {"strategy": strategy},
+            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+        )
+        if not strategy.is_rowwise:
+            raise ValueError(
+                "PagedKVProjection.sharding_strategy: expected ShardingStrategy.rowwise (KV "
+                f"heads split across devices), got {strategy}"
+            )
+        n = strategy.num_devices
+        heads, head_dim = self.kv_params.n_kv_heads_per_device, self.kv_params.head_dim
+        if heads % n or (heads // n * head_dim) % self.block:
+            raise ValueError(
+                f"PagedKVProjection.sharding_strategy: rowwise({n}) needs n_kv_heads / {n} "
+                f"heads per device whose rows (heads / {n} · head_dim) are a multiple of the "
+                f"scale block {self.block}, got n_kv_heads = {heads}, head_dim = {head_dim}"
+            )
+        for w in (self.k_weight, self.k_weight_scale, self.v_weight, self.v_weight_scale):
+            w.sharding_strategy = ShardingStrategy.rowwise(n)
+        self._sharding_strategy = strategy
+
+    def shard(self, devices: Iterable[DeviceRef]) -> list[PagedKVProjection]:
+        """One `PagedKVProjection` per device for its n_kv_heads / n heads, writing layer
+        `layer_idx` of that device's cache (kv_params: this layer's with n_kv_heads / n heads on
+        that device). Its weights are views of this layer's (MAX weight sharding: load the full
+        layer's state as usual). Raises ValueError when no strategy is set or len(devices)
+        differs from its count."""
+        strategy = self._sharding_strategy
+        if strategy is None:
+            raise ValueError(
+                "PagedKVProjection.shard: sharding_strategy must be set first, got None"
+            )
+        devices = list(devices)
+        if len(devices) != strategy.num_devices:
+            raise ValueError(
+                f"PagedKVProjection.shard: devices must have {strategy.num_devices} entries "
+                f"(the strategy's num_devices), got {len(devices)}"
+            )
+        n = strategy.num_devices
+        parts = {name: getattr(self, name).shard(devices)
+                 for name in ("k_weight", "k_weight_scale", "v_weight", "v_weight_scale")}
+        shards = []
+        for i, device in enumerate(devices):
+            params = dataclasses.replace(
+                self.kv_params, n_kv_heads=self.kv_params.n_kv_heads_per_device // n,
+                devices=[device])
+            layer = PagedKVProjection(params, self.hidden_size, self.layer_idx,
+                                      dtype=self.dtype, device=device, block=self.block)
+            for name, weights in parts.items():
+                setattr(layer, name, weights[i])
+            shards.append(layer)
+        return shards
 
     def __call__(
         self, x: TensorValue, input_row_offsets: TensorValue, kv_collection: PagedCacheValues
