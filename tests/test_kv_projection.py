@@ -333,48 +333,54 @@ SHARD_N = 2
 
 
 class HeadShards(Module):
-    """A bf16-cache layer of SHARD_HEADS heads and its SHARD_N head shards (all on the CPU):
+    """A bf16-cache layer of SHARD_HEADS heads and its SHARD_N head shards (all on one device):
     the full layer writes cache `full`, shard i cache `parts[i]` (SHARD_HEADS / SHARD_N heads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: DeviceRef) -> None:
         super().__init__()
-        self.full = PagedKVProjection(self.params(SHARD_HEADS), SHARD_HIDDEN, 1)
+        self.device = device
+        self.full = PagedKVProjection(self.params(SHARD_HEADS, device), SHARD_HIDDEN, 1,
+                                      device=device)
         self.full.sharding_strategy = ShardingStrategy.rowwise(SHARD_N)
 
     @staticmethod
-    def params(heads: int) -> MHAKVCacheParams:
+    def params(heads: int, device: DeviceRef) -> MHAKVCacheParams:
         return MHAKVCacheParams(dtype=DType.bfloat16, n_kv_heads=heads,
                                 head_dim=SHARD_HEAD_DIM, num_layers=2, page_size=PAGE,
-                                devices=[DeviceRef.CPU()])
+                                devices=[device])
 
     def __call__(self, x: TensorValue, offsets: TensorValue,
                  colls: list[PagedCacheValues]) -> None:
         self.full(x, offsets, colls[0])
-        for shard, coll in zip(self.full.shard([DeviceRef.CPU()] * SHARD_N), colls[1:],
+        for shard, coll in zip(self.full.shard([self.device] * SHARD_N), colls[1:],
                                strict=True):
             shard(x, offsets, coll)
 
 
-def test_head_shards_write_their_heads_cpu() -> None:
+def run_head_shards(device_kind: str) -> None:
     """Shard i's cache equals heads [i H/n, (i+1) H/n) of the full layer's cache, bit for bit
-    (written slots and untouched poison alike)."""
+    (written slots and untouched poison alike); every shard on the same device (the one-device
+    path of a multi-device model)."""
     rng = np.random.default_rng(12)
-    model = HeadShards()
+    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
+    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
+    cpu = DeviceRef.CPU()
+    model = HeadShards(dref)
     n = SHARD_HEADS * SHARD_HEAD_DIM
     model.load_state_dict({f"full.{k}": v for k, v in model.full.state_from_float(
         rng.standard_normal((n, SHARD_HIDDEN)) * 0.05,
         rng.standard_normal((n, SHARD_HIDDEN)) * 0.05).items()})
-    cpu = DeviceRef.CPU()
     heads = [SHARD_HEADS] + [SHARD_HEADS // SHARD_N] * SHARD_N
     types: list[TensorType | BufferType] = [
-        TensorType(DType.bfloat16, ["T", SHARD_HIDDEN], cpu), TensorType(DType.uint32, ["B1"], cpu),
-        TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["B"], cpu),
-        TensorType(DType.uint32, ["B", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
-        TensorType(DType.uint32, [1], cpu),
+        TensorType(DType.bfloat16, ["T", SHARD_HIDDEN], dref),
+        TensorType(DType.uint32, ["B1"], dref), TensorType(DType.int64, [1], cpu),
+        TensorType(DType.uint32, ["B"], dref), TensorType(DType.uint32, ["B", "cols"], dref),
+        TensorType(DType.uint32, [1], cpu), TensorType(DType.uint32, [1], cpu),
     ]
-    types += [BufferType(DType.bfloat16, [f"pages{i}", *HeadShards.params(h).shape_per_block], cpu)
+    types += [BufferType(DType.bfloat16,
+                         [f"pages{i}", *HeadShards.params(h, dref).shape_per_block], dref)
               for i, h in enumerate(heads)]
-    with Graph("kv_projection_head_shards", input_types=types) as g:
+    with Graph(f"kv_projection_head_shards_{device_kind}", input_types=types) as g:
         x, offsets, stride, lens, lut, mp, mc, *blocks = g.inputs
         model(x.tensor, offsets.tensor, [
             PagedCacheValues(kv_blocks=b.buffer, cache_lengths=lens.tensor,
@@ -382,33 +388,43 @@ def test_head_shards_write_their_heads_cpu() -> None:
                              max_cache_length=mc.tensor, page_stride=stride.tensor)
             for b in blocks])
         g.output()
-    compiled = InferenceSession(devices=[CPU()]).load(g, weights_registry=model.state_dict())
+    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
+    compiled = session.load(g, weights_registry=model.state_dict())
     batch = BATCHES["prefill_ragged"]
     offs = np.concatenate([[0], np.cumsum(batch.lengths)]).astype(np.uint32)
     lengths = np.array(batch.cache_lengths, np.uint32)
-    lut = make_lut(batch, SHARD_PAGES, rng)
+    lut_np = make_lut(batch, SHARD_PAGES, rng)
     shape = (SHARD_PAGES, 2, 2, PAGE, SHARD_HEADS, SHARD_HEAD_DIM)
     full = rng.integers(0, 0x3F00, size=shape, dtype=np.uint16)  # finite bf16 bits
     h = SHARD_HEADS // SHARD_N
     arenas = [full.copy()] + [full[..., i * h:(i + 1) * h, :].copy() for i in range(SHARD_N)]
-    raw = [Buffer.from_numpy(a) for a in arenas]
+    raw = [Buffer.from_numpy(a).to(dev) for a in arenas]
     compiled.execute(
-        to_buffer(rng.standard_normal((int(offs[-1]), SHARD_HIDDEN)), DType.bfloat16),
-        Buffer.from_numpy(offs), Buffer.from_numpy(np.array([-1], np.int64)),
-        Buffer.from_numpy(lengths), Buffer.from_numpy(lut),
+        to_buffer(rng.standard_normal((int(offs[-1]), SHARD_HIDDEN)), DType.bfloat16).to(dev),
+        Buffer.from_numpy(offs).to(dev), Buffer.from_numpy(np.array([-1], np.int64)),
+        Buffer.from_numpy(lengths).to(dev), Buffer.from_numpy(lut_np).to(dev),
         Buffer.from_numpy(np.array([max(batch.lengths)], np.uint32)),
         Buffer.from_numpy(np.array([int((lengths + np.array(batch.lengths)).max())], np.uint32)),
         *(r.view(DType.bfloat16) for r in raw))
-    got = [r.to_numpy() for r in raw]
+    got = [r.to(CPU()).to_numpy() for r in raw]
     assert (got[0] != full).any(), "the full layer wrote nothing"
     for i in range(SHARD_N):
         np.testing.assert_array_equal(got[1 + i], got[0][..., i * h:(i + 1) * h, :],
-                                      err_msg=f"shard {i}")
+                                      err_msg=f"{device_kind} shard {i}")
+
+
+def test_head_shards_write_their_heads_cpu() -> None:
+    run_head_shards("cpu")
+
+
+@pytest.mark.gpu
+def test_head_shards_write_their_heads_gpu() -> None:
+    run_head_shards("gpu")
 
 
 def test_head_sharding_rejects() -> None:
     """Another strategy, heads not dividing by n, or shard rows off the scale block raise."""
-    layer = PagedKVProjection(HeadShards.params(SHARD_HEADS), SHARD_HIDDEN, 0)
+    layer = PagedKVProjection(HeadShards.params(SHARD_HEADS, DeviceRef.CPU()), SHARD_HIDDEN, 0)
     with pytest.raises(ValueError, match=r"expected ShardingStrategy\.rowwise"):
         layer.sharding_strategy = ShardingStrategy.columnwise(2)
     with pytest.raises(ValueError, match="n_kv_heads = 4, head_dim = 64"):
