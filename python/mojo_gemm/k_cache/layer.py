@@ -167,13 +167,15 @@ class PagedKVProjection(Module):
             (k_matmul_ragged_paged_scale, self.k_weight, self.k_weight_scale),
             (v_matmul_ragged_paged_scale, self.v_weight, self.v_weight_scale),
         ):
+            # a shard's weights are slices of the full layer's host weights: moved to this
+            # layer's device (a no-op otherwise; MAX hoists the constant subgraph out of steps)
             project(
                 self.kv_params,
                 data,
                 input_row_offsets,
-                TensorValue(weight),
+                TensorValue(weight).to(self.device),
                 scales,
-                TensorValue(weight_scale),
+                TensorValue(weight_scale).to(self.device),
                 kv_collection,
                 gran,
                 self.layer_idx,
