@@ -21,7 +21,6 @@ Parameters = tuple[tuple[str, int | bool | str], ...]
 _PlanKey = tuple[str, int, int, Parameters]
 
 
-
 @dataclass(frozen=True)
 class PlanBatch:
     """One plan op with the compile-time parameter sets `compile_plans` builds it for.

@@ -37,6 +37,7 @@ from ..core.rules import (
     instance_of,
     optional,
 )
+from ..core.sharding import shard_devices
 from ..router.op import MoERouting, moe_route
 from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
 from .layer import GroupedLinear
@@ -145,15 +146,7 @@ class MoEBlock(Module):
         (load the full block's state). ValueError when no strategy is set or
         len(devices) differs from its count.
         """
-        strategy = self._sharding_strategy
-        if strategy is None:
-            raise ValueError("MoEBlock.shard: sharding_strategy must be set first, got None")
-        devices = list(devices)
-        if len(devices) != strategy.num_devices:
-            raise ValueError(
-                f"MoEBlock.shard: devices must have {strategy.num_devices} entries (the "
-                f"strategy's num_devices), got {len(devices)}"
-            )
+        devices = shard_devices("MoEBlock", self._sharding_strategy, devices)
         local = self.num_experts // len(devices)
         routers = self.router_weight.shard(devices)
         gate_ups = self.gate_up.weight.shard(devices)

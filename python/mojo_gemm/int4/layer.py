@@ -22,6 +22,7 @@ from ..core.rules import (
     instance_of,
     optional,
 )
+from ..core.sharding import shard_devices
 from .contract import INT4_ACTIVATION_DTYPES, INT4_GROUP_SIZES, int4_num_groups, int4_padded
 from .layout import K_ALIGN, N_TILE, PACK_FACTOR
 from .op import Int4WeightValues, int4_matmul
@@ -168,16 +169,7 @@ class Int4Linear(Module):
         Raises ValueError when no strategy is set or len(devices) differs from its count.
         """
         strategy = self._sharding_strategy
-        if strategy is None:
-            raise ValueError(
-                "Int4Linear.shard: sharding_strategy must be set first, got None"
-            )
-        devices = list(devices)
-        if len(devices) != strategy.num_devices:
-            raise ValueError(
-                f"Int4Linear.shard: devices must have {strategy.num_devices} entries (the "
-                f"strategy's num_devices), got {len(devices)}"
-            )
+        devices = shard_devices("Int4Linear", strategy, devices)
         n = strategy.num_devices
         split_n = strategy.is_rowwise
         shard_weights = {

@@ -65,4 +65,3 @@ def int4_plan_batch(variants: Iterable[Mapping[str, Any]]) -> PlanBatch:
                                 "force": None}
     return PlanBatch(OP_NAME, 3, PLAN_BYTES,
                      tuple(_parameters(**{**defaults, **v}) for v in variants), (1, 4096, 4096))
-

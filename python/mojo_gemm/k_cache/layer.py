@@ -21,6 +21,7 @@ from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
 from ..core.rules import ARRAY, check_types, instance_of
+from ..core.sharding import shard_devices
 from ..fp8.contract import FP8
 from ..fp8.op import quantize_fp8_rows
 from ..fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
@@ -119,18 +120,8 @@ class PagedKVProjection(Module):
         that device). Its weights are views of this layer's (MAX weight sharding: load the full
         layer's state as usual). Raises ValueError when no strategy is set or len(devices)
         differs from its count."""
-        strategy = self._sharding_strategy
-        if strategy is None:
-            raise ValueError(
-                "PagedKVProjection.shard: sharding_strategy must be set first, got None"
-            )
-        devices = list(devices)
-        if len(devices) != strategy.num_devices:
-            raise ValueError(
-                f"PagedKVProjection.shard: devices must have {strategy.num_devices} entries "
-                f"(the strategy's num_devices), got {len(devices)}"
-            )
-        n = strategy.num_devices
+        devices = shard_devices("PagedKVProjection", self._sharding_strategy, devices)
+        n = len(devices)
         parts = {name: getattr(self, name).shard(devices)
                  for name in ("k_weight", "k_weight_scale", "v_weight", "v_weight_scale")}
         shards = []
@@ -168,7 +159,7 @@ class PagedKVProjection(Module):
             (v_matmul_ragged_paged_scale, self.v_weight, self.v_weight_scale),
         ):
             # a shard's weights are slices of the full layer's host weights: moved to this
-            # layer's device (a no-op otherwise; MAX hoists the constant subgraph out of steps)
+            # layer's device, as max.nn.Linear does (a no-op for weights already there)
             project(
                 self.kv_params,
                 data,
