@@ -18,10 +18,6 @@ from mojo_gemm.core.host import to_buffer
 from mojo_gemm.fp8.op import quantize_fp8_rows
 from mojo_gemm.router.op import moe_route
 
-ROUTE_OUTPUTS = 8
-"""Values per moe_route case: topk_ids, topk_weights, token_index, row_scale, inverse,
-a_offsets, expert_ids, expert_usage_stats."""
-
 
 @dataclass
 class Part:
@@ -70,6 +66,7 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
 def _part(device_kind: str, quantize: bool) -> tuple[Part, Device]:
     from test_fp8_quantize_op import CASES as QUANT_CASES
     from test_moe_route import CASES as ROUTE_CASES
+    from test_moe_route import OUTPUTS as ROUTE_OUTPUTS
 
     model, dev, types = _model(device_kind)
     idle = []
@@ -83,7 +80,7 @@ def _part(device_kind: str, quantize: bool) -> tuple[Part, Device]:
 
 
 def route_part(device_kind: str) -> tuple[Part, Device]:
-    """test_moe_route's slice: inputs x_i, router_i per case; ROUTE_OUTPUTS outputs each."""
+    """test_moe_route's slice: inputs x_i, router_i per case; its OUTPUTS outputs each."""
     return _part(device_kind, quantize=False)
 
 
