@@ -147,8 +147,18 @@ def time_max_replay(model: Any, args: Sequence[Any], copies: int, device: Any) -
     is released afterwards (its output handles dropped first), so timing many shapes does not
     grow memory. Raises whatever capture or replay raises (see `try_us`).
     """
+    return time_max_replay_traced(model, args, copies, device, None)[0]
+
+
+def time_max_replay_traced(model: Any, args: Sequence[Any], copies: int, device: Any,
+                           name_part: str | None = "mojo_kernels") -> tuple[float, float | None]:
+    """`time_max_replay`, and the device time (µs per op) of the kernels whose name contains
+    `name_part` in one more replay, from a CUPTI trace: the union of their intervals (kernels
+    that overlap their predecessor's end through programmatic dependent launch count that time
+    once), over `copies`. None when `name_part` is None, torch is missing or the trace fails."""
     key = next(_GRAPH_KEYS)
     outputs: list[Any] = []
+    traced: float | None = None
     try:
         outputs = list(model.capture(key, *args))
         # Instantiation may finish on a background thread (MAX serve awaits it after capture):
@@ -162,10 +172,42 @@ def time_max_replay(model: Any, args: Sequence[Any], copies: int, device: Any) -
             device.synchronize()
 
         sec = median_seconds(once, warmup=2, reps=REPLAY_REPS)
+        if name_part is not None:
+            spans = _traced_spans(once, name_part)
+            traced = _union_us(spans) / copies if spans else None
     finally:
         outputs.clear()  # the runtime cannot reclaim the graph's memory while these live
         model.release_captured_graph(key)
-    return sec / copies
+    return sec / copies, traced
+
+
+def _traced_spans(run: Callable[[], None], name_part: str) -> list[tuple[float, float]] | None:
+    """(start, end) µs of the CUDA kernels whose name contains `name_part` while `run` runs
+    (CUPTI via torch.profiler, which sees the launches of MAX's graphs too); None without torch
+    or when the trace fails."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+    except (RuntimeError, OSError, AssertionError) as e:  # diagnostic: never lose the row
+        print(f"trace: no trace ({e!r})"[:300], flush=True)
+        return None
+    return [(e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type.name == "CUDA" and name_part in e.name
+            and not e.name.startswith(("Memcpy", "Memset"))]
+
+
+def _union_us(spans: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of the intervals `spans`."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def torch_graph_seconds(calls: Sequence[Callable[[], Any]]) -> float:

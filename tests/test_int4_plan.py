@@ -77,6 +77,7 @@ WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} stages={} split_k={{}
 WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
 WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
+WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
 
 
 @pytest.mark.parametrize(
@@ -116,6 +117,23 @@ WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
     ],
 )
 def test_llama3_small_m_plans_follow_the_table(layer: str, m: int, expected: str) -> None:
+    n, k = LLAMA3[layer]
+    assert int4_gpu_plan(m, n, k) == expected
+
+
+@pytest.mark.parametrize(
+    ("layer", "m", "expected"),
+    [
+        # the cost model (dispatch.wgmma_tile_rule): 8B.o's 128 tiles of 256 x 128 are one
+        # wave; 8B.qkv's 192 run one wave split 1 and the other 60 tiles split 2 (the
+        # data-parallel + tail schedule); 70B.gate_up's 1792 tiles fill 13.6 waves split 1
+        ("8B.o", 1024, WG256.format(1)),
+        ("8B.qkv", 1024, WG256.format(2) + " dp_tiles=132"),
+        ("70B.gate_up", 1024, WG256.format(1)),
+        ("8B.o", 4096, WG256.format(1)),
+    ],
+)
+def test_large_m_plans_follow_the_cost_model(layer: str, m: int, expected: str) -> None:
     n, k = LLAMA3[layer]
     assert int4_gpu_plan(m, n, k) == expected
 

@@ -40,11 +40,11 @@ from mojo_kernels.int4_gemm.config import (
 )
 from mojo_kernels.int4_gemm.dispatch import (
     launch_int4_gemm_mma, int4_gemm_gpu, int4_gemm_gpu_config, int4_gemm_gpu_mma, int4_gemm_gpu_mma_config,
-    wgmma_plan, wgmma_rule,
+    wgmma_plan, wgmma_rule, wgmma_dp_tiles,
 )
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     CFG_M8, WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_VAR_64, WG_VAR_64W, WG_VAR_128,
-    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_128K,
+    CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, WG_VAR_256,
 )
 from mojo_kernels.int4_gemm.config import wgmma_smem_budget, smem_usage, wgmma_smem_usage
 from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
@@ -436,6 +436,18 @@ def main() raises:
                             _ = try_cfg[WG_CFG_64N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
                         if bands2 * ceildiv(m, 128) * sp <= 264:
                             _ = try_cfg[WG_CFG_128N](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+            if m > 256 and (rule[0] != WG_VAR_128 or rule[1] != 1):
+                # the one-wave-or-split-1 rule's choice at large M, next to the cost model's
+                _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, 1, ref_rows, nrows, best, all_ok)
+            if m > 256 and wgmma_dp_tiles(m, n, kp, rule[0], rule[1]) > 0:
+                # the rule's split as one uniform grid, next to its data-parallel + tail launch
+                if rule[0] == WG_VAR_128:
+                    _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
+                elif rule[0] == WG_VAR_256:
+                    _ = try_cfg[WG_CFG_256](ctx, L, m, KIND_WGMMA, rule[1], ref_rows, nrows, best, all_ok)
+            if m >= 256:
+                for sp in [1, 2]:
+                    _ = try_cfg[WG_CFG_256](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
             if with_xs and m > 16 and m <= 128:
                 # cluster sizes the plan avoids (3, 5, 6, 7, 8): how they pack on this GPU
                 for sp in [3, 5, 6, 7, 8]:

@@ -216,8 +216,8 @@ comptime WG_KT = WG_BK // 16
 struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
     """Tile configuration of `int4_gemm_wgmma_kernel` (weights on wgmma's M side, tokens on N).
 
-    nt: tokens per CTA = the wgmma N (64 or 128).
-    fpw: packed words per lane a warp turns into A fragments per k16 step (2 or 4). A warp
+    nt: tokens per CTA = the wgmma N (64, 128 or 256).
+    fpw: packed words per lane a warp turns into A fragments per k16 step (1, 2 or 4). A warp
          owns fpw m16 blocks of one 64-column band, so a consumer warpgroup covers 64 * fpw
          output columns (fpw wgmma m64 x nt x k16 per k16 step, fp32 accumulators
          fpw * nt / 2 per thread).
@@ -288,9 +288,9 @@ struct Int4WgmmaConfig(ImplicitlyCopyable, Movable, Writable):
         return c
 
     def is_valid(self) -> Bool:
-        if self.nt != 64 and self.nt != 128:
+        if self.nt != 64 and self.nt != 128 and self.nt != 256:
             return False
-        if self.fpw != 2 and self.fpw != 4:
+        if self.fpw != 1 and self.fpw != 2 and self.fpw != 4:
             return False
         if self.nwg < 1 or self.nwg > 2 or self.acc_regs() > 128:
             return False

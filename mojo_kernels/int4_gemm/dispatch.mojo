@@ -42,11 +42,13 @@ from .tuning_sm90 import (
     WG_CFG_64W,
     WG_CFG_128,
     WG_CFG_128K,
+    WG_CFG_256,
     WG_VAR_64,
     WG_VAR_64N,
     WG_VAR_64W,
     WG_VAR_128,
     WG_VAR_128K,
+    WG_VAR_256,
     WGMMA_MIN_M,
     tuned_choice,
     tuned_wgmma,
@@ -59,13 +61,8 @@ comptime NARROW_BANDS = 64
 def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the wgmma kernel, or (-1, 0) for the mma.sync kernels.
 
-    The kernel runs one ~200 KB CTA per SM, so the plan maximizes the CTAs of a single wave:
-    over the tile configs (128 x 256, 64 x 256 tokens x columns; 64-token tiles only where
-    128 would be half empty) and splits 1, 2, 3, 4, 6 whose grid is one wave
-    (`cluster_wave_cap`) with >= 8 stages (512 of K) per CTA, the one with the fewest stages per
-    CTA, a 64-token stage weighted 3/4 of a 128-token one; ties go to the larger tile and the
-    smaller split. If even split 1 is over a wave: 128 x 256 (64 x 512 for M <= 64).
-    The measured exceptions of `tuned_wgmma` come first; this rule is `wgmma_rule`.
+    The kernel runs one ~200 KB CTA per SM; the measured exceptions of `tuned_wgmma` come
+    first, then `wgmma_rule` (a waves x work-per-CTA cost model, `wgmma_tile_rule`).
     """
     if m < WGMMA_MIN_M:
         return (-1, 0)
@@ -86,38 +83,102 @@ def wgmma_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     return wgmma_tile_rule(m, n, kp)
 
 
+comptime CTA_FIXED_COST = 40
+"""Fixed cost of one wgmma CTA in the rule's units (a 128-token stage = 20): ring fill and
+epilogue, about two stages."""
+comptime SPLIT_FIXED_COST = 20
+"""Extra fixed cost of a split-K CTA: the cluster barrier and the DSMEM reduction."""
+comptime WG256_MIN_M = 257
+"""From this many tokens on, the rule also weighs the 256-token tiles (measured from M = 1024;
+below, a 256-token tile is at least half empty or the 128-token tiles were measured best)."""
+
+
+def _wgmma_tile(v: Int) -> Tuple[Int, Int, Int]:
+    """(tokens, bands, stage cost) of a 1-CTA-per-SM tile variant: a 64-token stage costs 3/4
+    of a 128 x 256 one (it dequantizes the same weights for half the tokens), a 256 x 128 stage
+    (the same MMA work with half the dequant) 19/20, as measured."""
+    if v == WG_VAR_256:
+        return (256, 2, 19)
+    if v == WG_VAR_64:
+        return (64, 4, 15)
+    return (128, 4, 20)
+
+
+def _wgmma_cta_cost(stages: Int, cost: Int, split: Int) -> Int:
+    """The rule's cost of one CTA: its stages at `cost` each plus the fixed costs."""
+    var c = ceildiv(stages, split) * cost + CTA_FIXED_COST
+    return c + SPLIT_FIXED_COST if split > 1 else c
+
+
+def _wgmma_costs(m: Int, n: Int, kp: Int, v: Int, split: Int) -> Tuple[Int, Int, Int]:
+    """(uniform cost, data-parallel + tail cost or -1, data-parallel tiles) of `v` with `split`:
+    uniform = waves x CTA cost; the data-parallel + tail schedule (M > 64, split > 1) runs the
+    full waves of the tiles split 1 and the remaining tiles split `split` in one more wave,
+    where they fit one."""
+    var t = _wgmma_tile(v)
+    var stages = kp // 64
+    var tiles = ceildiv(ceildiv(n, 64), t[1]) * ceildiv(m, t[0])
+    var uniform = ceildiv(tiles * split, cluster_wave_cap(split, 1)) * _wgmma_cta_cost(stages, t[2], split)
+    var wave = cluster_wave_cap(1, 1)
+    var full = tiles // wave
+    var rest = tiles - full * wave
+    if m <= 64 or split == 1 or full == 0 or rest == 0 or rest * split > cluster_wave_cap(split, 1):
+        return (uniform, -1, 0)
+    var hybrid = full * _wgmma_cta_cost(stages, t[2], 1) + _wgmma_cta_cost(stages, t[2], split)
+    return (uniform, hybrid, full * wave)
+
+
+def wgmma_dp_tiles(m: Int, n: Int, kp: Int, v: Int, split: Int) -> Int:
+    """Tiles the launch of (`v`, `split`) runs split 1 ahead of a split-`split` tail (0: one
+    uniform launch): the data-parallel + tail schedule, where the rule's cost model finds it
+    cheaper than the uniform grid (`_wgmma_costs`)."""
+    if v != WG_VAR_128 and v != WG_VAR_64 and v != WG_VAR_256:
+        return 0
+    var c = _wgmma_costs(m, n, kp, v, split)
+    return c[2] if c[1] >= 0 and c[1] < c[0] else 0
+
+
 def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the wgmma kernel for M >= WGMMA_MIN_M from the problem alone (no
-    entry of tuning_sm90.mojo is consulted): the one-wave, fewest-stages-per-CTA rule of
-    `wgmma_plan`."""
-    var bands = ceildiv(n, 64)
+    entry of tuning_sm90.mojo is consulted).
+
+    A cost model over the tile configs (256 x 128 from WG256_MIN_M tokens, 128 x 256 above 64,
+    64 x 256; tokens x columns) and splits 1, 2, 3, 4, 6 (>= 8 stages of 64 K per CTA when
+    split): time = waves x (stages per CTA x stage cost + fixed CTA cost), waves = ceil(CTAs /
+    CTAs one wave holds) (`cluster_wave_cap`: cluster sizes pack into the GPCs unequally),
+    stage costs as `_wgmma_tile`; or, where cheaper, the full waves split 1 and the last
+    partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
+    earlier tile of that list and the smaller split. M <= 64 takes only one-wave grids (else
+    64 x 512, split 1). On the H200 sweep (M = 128-256, 28 layers) the uniform model is within
+    1.4 % of the best candidate (geomean), where one-wave-or-split-1 was 3.8 % off (up to 45 %
+    on layers whose split-1 grid needs two or more waves)."""
     var stages = kp // 64
     var best_v = -1
     var best_s = 1
     var best_cost = 0
-    for v in [WG_VAR_128, WG_VAR_64]:
-        if v == WG_VAR_128 and m <= 64:
+    for v in [WG_VAR_256, WG_VAR_128, WG_VAR_64]:
+        if (v == WG_VAR_256 and m < WG256_MIN_M) or (v == WG_VAR_128 and m <= 64):
             continue
-        var nt = 128 if v == WG_VAR_128 else 64
-        var tiles = ceildiv(bands, 4) * ceildiv(m, nt)
         for sp in [1, 2, 3, 4, 6]:
-            var ctas = tiles * sp
-            # a 64-token stage costs ~3/4 of a 128-token one (measured at M = 128: it dequantizes
-            # the same weights for half the tokens)
-            var cost = ceildiv(stages, sp) * (4 if nt == 128 else 3)
-            var fits = ctas <= cluster_wave_cap(sp, 1) and (sp == 1 or stages // sp >= 8)
-            if fits and (best_v < 0 or cost < best_cost):
+            if sp > 1 and stages // sp < 8:
+                continue
+            var c = _wgmma_costs(m, n, kp, v, sp)
+            var cost = c[0]
+            if m <= 64 and cost > _wgmma_cta_cost(stages, _wgmma_tile(v)[2], sp):
+                continue  # more than one wave
+            if c[1] >= 0 and c[1] < cost:
+                cost = c[1]
+            if best_v < 0 or cost < best_cost:
                 best_v = v
                 best_s = sp
                 best_cost = cost
     if best_v < 0:
-        return (WG_VAR_64W if m <= 64 else WG_VAR_128, 1)
+        return (WG_VAR_64W, 1)
     return (best_v, best_s)
 
 
 def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
-    """-1: the mma.sync kernels; else WG_VAR_64 / WG_VAR_64W / WG_VAR_128 / WG_VAR_64N (see
-    `wgmma_plan`)."""
+    """-1: the mma.sync kernels; else a WG_VAR_* of tuning_sm90.mojo (see `wgmma_plan`)."""
     return wgmma_plan(m, n, kp)[0]
 
 
@@ -128,6 +189,8 @@ def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
         return WG_CFG_64N
     if v == WG_VAR_128K:
         return WG_CFG_128K
+    if v == WG_VAR_256:
+        return WG_CFG_256
     return WG_CFG_64 if v == WG_VAR_64 else WG_CFG_128
 
 
@@ -281,21 +344,25 @@ def int4_gemm_gpu[
     var plan = wgmma_plan(m, n, kp)
     var v = plan[0]
     var split = split_k if split_k > 0 else plan[1]
+    var dp = wgmma_dp_tiles(m, n, kp, v, split)
     if v == WG_VAR_64:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64](
-            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx, dp)
     elif v == WG_VAR_64W:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64W](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_128:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_128](
-            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx, dp)
     elif v == WG_VAR_64N:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_64N](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_128K:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_128K](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_256:
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_256](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx, dp)
     else:
         int4_gemm_gpu_mma[dtype, group_size, has_zeros, has_bias](
             output, x, qweight, scales, zeros, bias, m, n, kp, ctx, np_eff, split_k)
@@ -368,7 +435,11 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
         var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, wgmma_smem_budget(wgmma_config_for(v)))
         var sp = split_k if split_k > 0 else plan[1]
         w = w.with_split_k(min(sp, INT4_MAX_SPLIT))
-        return String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
+        var dp = wgmma_dp_tiles(m, n, kp, v, sp)
+        var text = String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
+        if dp > 0 and w.split_k > 1:
+            text += String(" dp_tiles=", dp)
+        return text
     return int4_gemm_gpu_mma_config(m, n, kp, group_size, has_zeros, split_k)
 
 

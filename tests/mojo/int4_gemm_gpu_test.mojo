@@ -24,6 +24,7 @@ Every output is poisoned with NaN before each run. Exit code 1 on any failure.
 
 from max.gpu.host import DeviceContext, DeviceBuffer
 from std.sys import argv, exit
+from std.math import ceildiv
 
 from mojo_kernels.int4_gemm.config import (
     Int4GemmConfig, resolve_config, smem_usage, SMEM_BUDGET_SM90,
@@ -35,7 +36,7 @@ from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, SMEM_BUDGET
 from std.utils.index import IndexList
 from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma
 from mojo_kernels.int4_gemm.tuning_sm90 import (
-    WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
+    WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
     CFG_M16_K8, CFG_M32, CFG_M64, CFG_LARGE,
 )
 from int4_gemm_ref import (
@@ -97,19 +98,24 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
     zp: Pointer[Scalar[dtype], MutAnyOrigin], bp: Pointer[Scalar[dtype], MutAnyOrigin],
     refbuf: DeviceBuffer[F32], m: Int, n: Int, kp: Int, np_: Int, splits: List[Int],
 ) raises -> Bool:
-    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows)."""
+    """Every wgmma config, launched directly with each split, against `refbuf` (all M rows);
+    the 1-CTA-per-SM tiles also as the dispatch's data-parallel + split tail schedule (the
+    first third of the tiles split 1, the rest split sk)."""
     var ok = True
 
     @always_inline
     @__parameter
-    def one[cfg: Int4WgmmaConfig](sk: Int) raises:
+    def one[cfg: Int4WgmmaConfig](sk: Int, dp_part: Bool = False) raises:
+        var dp = 0
+        if dp_part:
+            dp = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt) // 3
+        var what = String(cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " dp_tiles=", dp, " M=", m, " N=", n, " Kp=", kp)
         fill_nan[dtype](ctx, op, m * n)
-        announce(String(cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp))
-        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
+        announce(what)
+        launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx, dp)
         var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
         var good = r.rel_err <= TOL and r.nan_count == 0
-        print("    direct ", cfg.with_split_k(min(sk, INT4_MAX_SPLIT)), " M=", m, " N=", n, " Kp=", kp, ": rel err ",
-              r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        print("    direct ", what, ": rel err ", r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
         ok = ok and good
 
     for i in range(len(splits)):
@@ -118,6 +124,11 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         one[WG_CFG_128](splits[i])
         one[WG_CFG_64N](splits[i])
         one[WG_CFG_128K](splits[i])
+        one[WG_CFG_256](splits[i])
+        if splits[i] > 1:
+            one[WG_CFG_64](splits[i], True)
+            one[WG_CFG_128](splits[i], True)
+            one[WG_CFG_256](splits[i], True)
     return ok
 
 

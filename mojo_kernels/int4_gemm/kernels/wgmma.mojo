@@ -34,8 +34,10 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
   stages with their own accumulators, added up in the same shared-memory tile. Launches with
   split_k = 1 and wk = 1 use a kernel instance without that staging (`staged = False`): each
   thread stores its fragments directly.
-- Grid order for split_k == 1: groups of 8 M-tiles walk the N-tiles, so a wave re-uses both
-  its x tiles and its weight tiles from L2.
+- Grid order: groups of 8 M-tiles walk the N-tiles (the split-K clusters of a tile stay
+  together), so a wave re-uses both its x tiles and its weight tiles from L2. A launch may
+  cover a range of tiles of that order (`tile0`): the dispatch runs the full waves of a
+  problem split 1 and the last partial wave's tiles split K in a second launch.
 - Every mbarrier wait is bounded (2 s of %globaltimer, then `trap`): a pipeline bug aborts the
   launch with an error instead of hanging the GPU.
 """
@@ -177,9 +179,22 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
     comptime ab = "bf16" if dtype == DType.bfloat16 else "f16"
     comptime if nt == 64:
         return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n64[ab](a, bdesc, rebind[SIMD[F32, 32]](c)))
-    else:
-        comptime assert nt == 128, "wgmma kernel: nt must be 64 or 128"
+    elif nt == 128:
         return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n128[ab](a, bdesc, rebind[SIMD[F32, 64]](c)))
+    else:
+        comptime assert nt == 256, "wgmma kernel: nt must be 64, 128 or 256"
+        return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n256[ab](a, bdesc, rebind[SIMD[F32, 128]](c)))
+
+
+@always_inline
+def _raster_tile(lin: Int, ntm: Int, ntn: Int) -> Tuple[Int, Int]:
+    """(M-tile, N-tile) of tile `lin` in raster order: groups of RASTER_GROUP_M M-tiles walk
+    the N-tiles, so a wave re-uses both its x tiles and its weight tiles from L2."""
+    var per_group = RASTER_GROUP_M * ntn
+    var first = (lin // per_group) * RASTER_GROUP_M
+    var gm = min(ntm - first, RASTER_GROUP_M)
+    var r = lin % per_group
+    return (first + r % gm, r // gm)
 
 
 # ---- the kernel ------------------------------------------------------------------------------
@@ -203,11 +218,16 @@ def int4_gemm_wgmma_kernel[
     kp_dim: Int32,
     np_dim: Int32,
     split_k: Int32,
+    tile0: Int32,
 ):
     """One CTA: tokens [m0, m0 + nt) x bands [band0, band0 + nwg * fpw) x its K share.
 
-    Grid: (ceil(ceil(N/64) / bands) * split_k, ceil(M / nt)), cluster (split_k, 1, 1) when
-    split_k > 1; block cfg.num_threads(); dynamic smem config.wgmma_smem_usage(...).
+    Grid: (tiles * split_k, rows) with (block_idx.y * grid_dim.x + block_idx.x) // split_k +
+    tile0 the CTA's tile in raster order (`_raster_tile`), cluster (split_k, 1, 1) when
+    split_k > 1: the whole problem is (ceil(ceil(N/64) / bands) * split_k, ceil(M / nt)) with
+    tile0 = 0; a launch of `count` tiles from tile0 on is (count * split_k, 1) (the dispatch's
+    data-parallel + split tail schedule); block cfg.num_threads(); dynamic smem
+    config.wgmma_smem_usage(...).
     group_size <= 0: per channel (one scale row). staged: the epilogue sums the warp-k
     partitions and the split-K cluster through shared memory (required when split_k > 1 or
     cfg.wk > 1); else (split_k = 1, wk = 1) each thread stores its fragments directly.
@@ -261,22 +281,10 @@ def int4_gemm_wgmma_kernel[
     var ntn = ceildiv(nbands, NB)
 
     # CTA -> (N-tile, M-tile, K part)
-    var ks = 0
-    var tn: Int
-    var tm: Int
-    if nsplit == 1:
-        var ntm = ceildiv(m, NT)
-        var lin = block_idx.y * grid_dim.x + block_idx.x
-        var per_group = RASTER_GROUP_M * ntn
-        var first = (lin // per_group) * RASTER_GROUP_M
-        var gm = min(ntm - first, RASTER_GROUP_M)
-        var r = lin % per_group
-        tm = first + r % gm
-        tn = r // gm
-    else:
-        ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
-        tn = block_idx.x // nsplit
-        tm = block_idx.y
+    var ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
+    var tile = _raster_tile(Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ceildiv(m, NT), ntn)
+    var tm = tile[0]
+    var tn = tile[1]
     var band0 = tn * NB
     var m0 = tm * NT
     var total_st = kp // WG_BK
@@ -598,10 +606,13 @@ def launch_int4_gemm_wgmma[
     bias: Pointer[Scalar[dtype], MutAnyOrigin],
     m: Int, n: Int, kp: Int, np_: Int, split_k: Int,
     ctx: DeviceContext,
+    dp_tiles: Int = 0,
 ) raises:
     """Launch `int4_gemm_wgmma_kernel` with `cfg` (stages resolved against the sm_90 smem budget
     at compile time; cfg.ctas = 2: half an SM's smem). split_k: 1..8, or 0 for
-    `choose_wgmma_split_k`."""
+    `choose_wgmma_split_k`. dp_tiles > 0 (with split_k > 1): the first dp_tiles tiles of the
+    raster order run split 1 in a launch of their own, the rest split_k (the full waves
+    without any reduction, the last partial wave spread over all SMs)."""
     comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
     comptime if r.stages == 0:
         raise Error("multistage_gemm_q: wgmma config ", cfg, " does not fit the shared-memory budget")
@@ -626,23 +637,35 @@ def launch_int4_gemm_wgmma[
             dtype, group_size, has_zeros, has_bias, r, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         var ntn = ceildiv(ceildiv(n, 64), r.bands())
-        var grid = (ntn * split, ceildiv(m, r.nt))
+        var ntm = ceildiv(m, r.nt)
+        var tiles = ntn * ntm
+        var dp = dp_tiles if split > 1 and dp_tiles > 0 and dp_tiles < tiles else 0
         var attr = FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem))
         comptime if r.wk == 1:
-            if split == 1 and not capped:
+            if dp > 0:
                 ctx.enqueue_function[direct](
                     tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                    grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+                    Int32(0), grid_dim=(dp, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                    func_attribute=attr)
+            elif split == 1 and not capped:
+                ctx.enqueue_function[direct](
+                    tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+                    Int32(0), grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                    func_attribute=attr)
                 return
+        else:
+            dp = 0  # warp-k partitions are summed by the staged kernel: one uniform launch
         if split == 1:
             ctx.enqueue_function[kernel](
                 tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, func_attribute=attr)
+                Int32(0), grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                func_attribute=attr)
         else:
+            var grid = Dim((tiles - dp) * split, 1) if dp > 0 else Dim(ntn * split, ntm)
             ctx.enqueue_function[kernel](
                 tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
-                grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem, cluster_dim=Dim(split, 1, 1),
-                func_attribute=attr)
+                Int32(dp), grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem,
+                cluster_dim=Dim(split, 1, 1), func_attribute=attr)
 
 
 # ---- generated: register-A wgmma wrappers (one per wgmma N) ---------------------------------
@@ -670,3 +693,15 @@ def _wgmma_rs_n128[ab: StaticString](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
         constraints="=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,l,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63",
     ](a[0], a[1], a[2], a[3], bdesc, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16], c[17], c[18], c[19], c[20], c[21], c[22], c[23], c[24], c[25], c[26], c[27], c[28], c[29], c[30], c[31], c[32], c[33], c[34], c[35], c[36], c[37], c[38], c[39], c[40], c[41], c[42], c[43], c[44], c[45], c[46], c[47], c[48], c[49], c[50], c[51], c[52], c[53], c[54], c[55], c[56], c[57], c[58], c[59], c[60], c[61], c[62], c[63])
     return SIMD[F32, 64](o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[20], o[21], o[22], o[23], o[24], o[25], o[26], o[27], o[28], o[29], o[30], o[31], o[32], o[33], o[34], o[35], o[36], o[37], o[38], o[39], o[40], o[41], o[42], o[43], o[44], o[45], o[46], o[47], o[48], o[49], o[50], o[51], o[52], o[53], o[54], o[55], o[56], o[57], o[58], o[59], o[60], o[61], o[62], o[63])
+
+@always_inline
+def _wgmma_rs_n256[ab: StaticString](a: SIMD[DType.uint32, 4], bdesc: Int64, c: SIMD[F32, 128]) -> SIMD[F32, 128]:
+    """wgmma.mma_async m64n256k16, A from registers (this warp's m16 x k16 fragment), B from the
+    shared-memory descriptor `bdesc` (K-major), D = A * B + D in fp32."""
+    var o = inlined_assembly[
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n256k16.f32." + ab + "." + ab
+        + " {$0, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45, $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59, $60, $61, $62, $63, $64, $65, $66, $67, $68, $69, $70, $71, $72, $73, $74, $75, $76, $77, $78, $79, $80, $81, $82, $83, $84, $85, $86, $87, $88, $89, $90, $91, $92, $93, $94, $95, $96, $97, $98, $99, $100, $101, $102, $103, $104, $105, $106, $107, $108, $109, $110, $111, $112, $113, $114, $115, $116, $117, $118, $119, $120, $121, $122, $123, $124, $125, $126, $127}, {$128, $129, $130, $131}, $132, p, 1, 1, 0;\n}",
+        _RegisterPackType[Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32, Float32],
+        constraints="=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,l,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79,80,81,82,83,84,85,86,87,88,89,90,91,92,93,94,95,96,97,98,99,100,101,102,103,104,105,106,107,108,109,110,111,112,113,114,115,116,117,118,119,120,121,122,123,124,125,126,127",
+    ](a[0], a[1], a[2], a[3], bdesc, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16], c[17], c[18], c[19], c[20], c[21], c[22], c[23], c[24], c[25], c[26], c[27], c[28], c[29], c[30], c[31], c[32], c[33], c[34], c[35], c[36], c[37], c[38], c[39], c[40], c[41], c[42], c[43], c[44], c[45], c[46], c[47], c[48], c[49], c[50], c[51], c[52], c[53], c[54], c[55], c[56], c[57], c[58], c[59], c[60], c[61], c[62], c[63], c[64], c[65], c[66], c[67], c[68], c[69], c[70], c[71], c[72], c[73], c[74], c[75], c[76], c[77], c[78], c[79], c[80], c[81], c[82], c[83], c[84], c[85], c[86], c[87], c[88], c[89], c[90], c[91], c[92], c[93], c[94], c[95], c[96], c[97], c[98], c[99], c[100], c[101], c[102], c[103], c[104], c[105], c[106], c[107], c[108], c[109], c[110], c[111], c[112], c[113], c[114], c[115], c[116], c[117], c[118], c[119], c[120], c[121], c[122], c[123], c[124], c[125], c[126], c[127])
+    return SIMD[F32, 128](o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18], o[19], o[20], o[21], o[22], o[23], o[24], o[25], o[26], o[27], o[28], o[29], o[30], o[31], o[32], o[33], o[34], o[35], o[36], o[37], o[38], o[39], o[40], o[41], o[42], o[43], o[44], o[45], o[46], o[47], o[48], o[49], o[50], o[51], o[52], o[53], o[54], o[55], o[56], o[57], o[58], o[59], o[60], o[61], o[62], o[63], o[64], o[65], o[66], o[67], o[68], o[69], o[70], o[71], o[72], o[73], o[74], o[75], o[76], o[77], o[78], o[79], o[80], o[81], o[82], o[83], o[84], o[85], o[86], o[87], o[88], o[89], o[90], o[91], o[92], o[93], o[94], o[95], o[96], o[97], o[98], o[99], o[100], o[101], o[102], o[103], o[104], o[105], o[106], o[107], o[108], o[109], o[110], o[111], o[112], o[113], o[114], o[115], o[116], o[117], o[118], o[119], o[120], o[121], o[122], o[123], o[124], o[125], o[126], o[127])

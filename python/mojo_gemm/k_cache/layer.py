@@ -71,7 +71,9 @@ class PagedKVProjection(Module):
         )
         self.kv_params, self.hidden_size, self.layer_idx = kv_params, hidden_size, layer_idx
         self.dtype, self.device, self.block = dtype, device, block
-        self.n = kv_params.n_kv_heads_per_device * kv_params.head_dim
+        # every KV head of the model: a kv_params over several devices splits them (MAX's
+        # multi-device cache), and the layer's head shards (`shard`) write those splits
+        self.n = kv_params.n_kv_heads * kv_params.head_dim
         fp8 = fp8_dtype_for(device)
         scale_shape = [_ceil(self.n, block), _ceil(hidden_size, block)]
         self.k_weight = Weight("k_weight", fp8, [self.n, hidden_size], device)
@@ -103,7 +105,7 @@ class PagedKVProjection(Module):
                 f"heads split across devices), got {strategy}"
             )
         n = strategy.num_devices
-        heads, head_dim = self.kv_params.n_kv_heads_per_device, self.kv_params.head_dim
+        heads, head_dim = self.kv_params.n_kv_heads, self.kv_params.head_dim
         if heads % n or (heads // n * head_dim) % self.block:
             raise ValueError(
                 f"PagedKVProjection.sharding_strategy: rowwise({n}) needs n_kv_heads / {n} "
@@ -127,7 +129,7 @@ class PagedKVProjection(Module):
         shards = []
         for i, device in enumerate(devices):
             params = dataclasses.replace(
-                self.kv_params, n_kv_heads=self.kv_params.n_kv_heads_per_device // n,
+                self.kv_params, n_kv_heads=self.kv_params.n_kv_heads // n,
                 devices=[device])
             layer = PagedKVProjection(params, self.hidden_size, self.layer_idx,
                                       dtype=self.dtype, device=device, block=self.block)
