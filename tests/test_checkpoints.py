@@ -18,7 +18,16 @@ import pytest
 from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
-from max.graph import BufferType, DeviceRef, Graph, TensorType, TensorValue, Value
+from max.graph import (
+    BufferType,
+    DeviceRef,
+    Graph,
+    ShardingStrategy,
+    TensorType,
+    TensorValue,
+    Value,
+    ops,
+)
 from max.nn import LayerList, Module
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from safetensors.numpy import save_file
@@ -333,15 +342,30 @@ def test_kv_projection_layer_cpu(files: Files, cpu_runs: CpuRuns) -> None:
 # GroupedLinear expert banks
 
 
+TP = 2
+"""Tensor-parallel shards of the expert banks (all on the CPU device)."""
+
+
 class Experts(Module):
+    """The two banks, and their TP shards: gate/up column-parallel (outputs concatenated),
+    down row-parallel (h's column slices in, partial outputs summed in float32)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.gate_up = GroupedLinear(E, HIDDEN, INTER, swiglu=True)
         self.down = GroupedLinear(E, INTER, HIDDEN)
+        self.gate_up.sharding_strategy = ShardingStrategy.axiswise(1, TP)
+        self.down.sharding_strategy = ShardingStrategy.axiswise(2, TP)
 
     def __call__(self, x: TensorValue, h: TensorValue, offsets: TensorValue,
-                 ids: TensorValue, stats: TensorValue) -> tuple[TensorValue, TensorValue]:
-        return self.gate_up(x, offsets, ids, stats), self.down(h, offsets, ids, stats)
+                 ids: TensorValue, stats: TensorValue) -> tuple[TensorValue, ...]:
+        cpus = [DeviceRef.CPU()] * TP
+        cols = [s(x, offsets, ids, stats) for s in self.gate_up.shard(cpus)]
+        k = INTER // TP
+        parts = [ops.cast(s(h[:, i * k:(i + 1) * k], offsets, ids, stats), DType.float32)
+                 for i, s in enumerate(self.down.shard(cpus))]
+        return (self.gate_up(x, offsets, ids, stats), self.down(h, offsets, ids, stats),
+                ops.concat(cols, axis=1), parts[0] + parts[1])
 
 
 KV_LENGTHS, KV_CACHED = [5, 21], [3, 10]
@@ -360,7 +384,8 @@ class CpuLayers(Module):
 
     def __call__(self, *ins: Value) -> tuple[TensorValue, ...]:
         """Inputs: one x per INT4_CASES entry, the K/V layer's 8 (offsets, x, its cache
-        collection), the expert banks' 5; outputs: the int4 outputs, gate_up, down."""
+        collection), the expert banks' 5; outputs: the int4 outputs, gate_up, down and the
+        banks' TP-shard results."""
         xs_in, kv_in, ex_in = ins[:len(INT4_CASES)], ins[len(INT4_CASES):-5], ins[-5:]
         int4_outs = self.int4(*(v.tensor for v in xs_in))
         offsets, x, blocks, stride, lens, lut, mp, mc = kv_in
@@ -444,14 +469,14 @@ def cpu_runs(files: Files) -> CpuRuns:
                                            (grouping.expert_ids, DType.int32),
                                            (grouping.expert_usage_stats, DType.uint32))])
         int4_runs.append((m, xs, list(outs[:len(INT4_CASES)])))
-    return CpuRuns(int4_runs, (kv_x, kv_lut, arena, cache), (grouping, e_x, e_h, tuple(outs[-2:])))
+    return CpuRuns(int4_runs, (kv_x, kv_lut, arena, cache), (grouping, e_x, e_h, tuple(outs[-4:])))
 
 
 def test_grouped_linear_experts_cpu(files: Files, cpu_runs: CpuRuns) -> None:
     """Mixed-format experts → gate/up (SwiGLU) and down banks, run through grouped_matmul."""
     grouping, x, h, outs = cpu_runs.experts
     tokens = x.shape[0]
-    got_gu, got_down = (to_numpy(o).astype(np.float64) for o in outs)
+    got_gu, got_down = (to_numpy(o).astype(np.float64) for o in outs[:2])
     expert_of_row = np.empty(tokens, np.int64)
     for g, e in enumerate(grouping.expert_ids):
         expert_of_row[grouping.a_offsets[g]:grouping.a_offsets[g + 1]] = e
@@ -463,6 +488,28 @@ def test_grouped_linear_experts_cpu(files: Files, cpu_runs: CpuRuns) -> None:
     ref_down = np.einsum("tk,tnk->tn", h64, w["down_proj"][expert_of_row])
     assert rel_err(got_gu, ref_gu) <= TOL
     assert rel_err(got_down, ref_down) <= TOL
+
+
+def test_grouped_linear_tensor_parallel_shards_cpu(cpu_runs: CpuRuns) -> None:
+    """GroupedLinear's TP shards (ShardingStrategy.axiswise): the column-parallel gate/up
+    shards' outputs, concatenated, are the full bank's bit for bit; the row-parallel down
+    shards' partial outputs sum to the full bank's (bf16 tolerance)."""
+    outs = cpu_runs.experts[3]
+    gu, down, gu_tp, down_tp = (to_numpy(o).astype(np.float64) for o in outs)
+    np.testing.assert_array_equal(gu_tp, gu)
+    assert rel_err(down_tp, down) <= TOL
+
+
+def test_grouped_linear_sharding_rejects() -> None:
+    bank = GroupedLinear(E, HIDDEN, INTER, swiglu=True)
+    with pytest.raises(ValueError, match=r"expected ShardingStrategy\.axiswise\(1, n\)"):
+        bank.sharding_strategy = ShardingStrategy.rowwise(TP)
+    with pytest.raises(ValueError, match="row parallel"):
+        bank.sharding_strategy = ShardingStrategy.axiswise(2, TP)
+    with pytest.raises(ValueError, match="needs out_features to be a multiple of 24, got 32"):
+        bank.sharding_strategy = ShardingStrategy.axiswise(1, 3)
+    with pytest.raises(ValueError, match="sharding_strategy must be set first"):
+        GroupedLinear(E, INTER, HIDDEN).shard([DeviceRef.CPU()] * TP)
 
 
 def test_moe_block_state(files: Files) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
-from max.graph import BufferValue, DeviceRef, TensorValue, Weight
+from max.graph import BufferValue, DeviceRef, ShardingStrategy, TensorValue, Weight
 from max.nn import Module
 
 from ..core.host import to_buffer
@@ -18,8 +20,10 @@ from ..core.rules import (
     INT,
     TENSOR,
     check_types,
+    instance_of,
     optional,
 )
+from ..core.sharding import shard_devices
 from .contract import GROUPED_DTYPES, SWIGLU_BLOCK
 from .op import grouped_matmul
 from .routing import interleave_gate_up
@@ -72,6 +76,80 @@ class GroupedLinear(Module):
         device = device if device is not None else DeviceRef.CPU()
         n = 2 * out_features if swiglu else out_features
         self.weight = Weight("weight", dtype, [num_experts, n, in_features], device)
+        self.device = device
+        self._sharding_strategy: ShardingStrategy | None = None
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        """Tensor parallelism inside every expert: `ShardingStrategy.axiswise(1, n)` splits
+        the output features (column parallel: shard i computes features [i F/n, (i+1) F/n) of
+        every expert; with swiglu the gate/up pairs stay together), `axiswise(2, n)` the input
+        features (row parallel: shard i takes x[:, i K/n : (i+1) K/n] and returns a partial
+        sum; not with swiglu)."""
+        return self._sharding_strategy
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy) -> None:
+        """Sets tensor parallelism; ValueError for another strategy or sizes n does not split
+        (column parallel: out_features a multiple of n, and of 8 n with swiglu; row parallel:
+        in_features a multiple of n)."""
+        check_types(
+            "GroupedLinear.sharding_strategy",
+            {"strategy": strategy},
+            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+        )
+        n = strategy.num_devices
+        axis = self._tp_axis(strategy)
+        if axis == 1:
+            unit = n * (SWIGLU_BLOCK if self.swiglu else 1)
+            if self.out_features % unit:
+                raise ValueError(
+                    f"GroupedLinear.sharding_strategy: axiswise(1, {n}) needs out_features to "
+                    f"be a multiple of {unit}, got {self.out_features}")
+        else:
+            if self.swiglu:
+                raise ValueError(
+                    "GroupedLinear.sharding_strategy: axiswise(2, n) (row parallel) sums partial "
+                    "products, which silu(gate) * up does not allow: expected a layer without "
+                    "swiglu, got swiglu=True")
+            if self.in_features % n:
+                raise ValueError(
+                    f"GroupedLinear.sharding_strategy: axiswise(2, {n}) needs in_features to "
+                    f"be a multiple of {n}, got {self.in_features}")
+        self.weight.sharding_strategy = ShardingStrategy.axiswise(axis, n)
+        self._sharding_strategy = strategy
+        self._tp = axis
+
+    @staticmethod
+    def _tp_axis(strategy: ShardingStrategy) -> int:
+        if strategy.is_axiswise and strategy.sharded_axis in (1, 2):
+            return int(strategy.sharded_axis)
+        raise ValueError(
+            "GroupedLinear.sharding_strategy: expected ShardingStrategy.axiswise(1, n) "
+            f"(column parallel) or axiswise(2, n) (row parallel), got {strategy}")
+
+    def shard(self, devices: Iterable[DeviceRef]) -> list[GroupedLinear]:
+        """One `GroupedLinear` per device holding its slice of every expert (weights are
+        views of this layer's: load the full layer's state). Column parallel: shard i maps x
+        [T, in_features] -> features [i F/n, (i+1) F/n) of the output (concatenated, the
+        full output). Row parallel: shard i maps x[:, i K/n : (i+1) K/n] -> a partial
+        [T, out_features] (summed, e.g. by `max.nn` allreduce, the full output). ValueError
+        when no strategy is set or len(devices) differs from its count."""
+        devices = shard_devices("GroupedLinear", self._sharding_strategy, devices)
+        n = len(devices)
+        weights = self.weight.shard(devices)
+        out_f, in_f = self.out_features, self.in_features
+        if self._tp == 1:
+            out_f //= n
+        else:
+            in_f //= n
+        shards = []
+        for i, device in enumerate(devices):
+            layer = GroupedLinear(self.num_experts, in_f, out_f, swiglu=self.swiglu,
+                                  dtype=self.dtype, device=device)
+            layer.weight = weights[i]
+            shards.append(layer)
+        return shards
 
     def __call__(
         self,
