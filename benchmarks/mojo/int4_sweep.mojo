@@ -28,8 +28,10 @@ Candidates at each M (config x split_k, both as the dispatch names them):
 A split is left out where a CTA (PIPE_WARP: a warp) would get too little K: PIPE_WARP needs one
 128-element unit of K per warp (kp / 128 >= split * warp_k), PIPE_CTA and wgmma >= 4 stages per
 CTA (per warp-k partition). The dispatch's own choice and the rule's (`wgmma_tile_rule` /
-band rule + `choose_split_k` without the exceptions) are added if that leaves them out. Plus one
-record "dispatch": `int4_gemm_gpu` itself, timed through its own entry point.
+band rule + `choose_split_k` without the exceptions) are added if that leaves them out (as one
+uniform grid: where the rule's cost model picks the data-parallel + split tail launch,
+`dispatch.wgmma_dp_tiles`, only the "dispatch" record times that). Plus one record "dispatch":
+`int4_gemm_gpu` itself, timed through its own entry point.
 
 Per shape: fresh random weights in enough rotating copies (>= 4 and >= 200 MB) that L2 never
 serves them, one naive fp32 GPU reference of x rows 0..255 and 64 rows sampled above (every
