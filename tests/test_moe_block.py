@@ -41,7 +41,9 @@ class Case:
 
 CASES = (Case(200, 72, 16, 2, DType.bfloat16), Case(96, 40, 5, 3, DType.float16))
 N_SHARDS = 2
-"""Expert shards of the first block (CPU graph only)."""
+"""Expert shards of the first block, and tensor-parallel shards of TP_CASE (CPU graph only)."""
+TP_CASE = Case(200, 32, 16, 2, DType.bfloat16)
+"""A block with intermediate_size a multiple of 8 N_SHARDS, for its tensor-parallel shards."""
 
 
 def case_weights(case: Case, seed: int) -> tuple[np.ndarray, ...]:
@@ -56,8 +58,9 @@ def case_weights(case: Case, seed: int) -> tuple[np.ndarray, ...]:
 
 class Blocks(Module):
     """Every case as one MoEBlock on its own input; outputs y, ids, weights per block, and on
-    the CPU last the float32 sum of the first block's N_SHARDS expert shards (MAX's
-    `ShardingStrategy.expert_parallel`, every shard on the CPU device)."""
+    the CPU then the float32 sum of the first block's N_SHARDS expert shards (MAX's
+    `ShardingStrategy.expert_parallel`, every shard on the CPU device), the TP_CASE block's
+    output on the first input and the float32 sum of its N_SHARDS tensor-parallel shards'."""
 
     def __init__(self, device: DeviceRef) -> None:
         super().__init__()
@@ -68,18 +71,24 @@ class Blocks(Module):
         ])
         if device.is_cpu():
             self.blocks[0].sharding_strategy = ShardingStrategy.expert_parallel(N_SHARDS)
+            c = TP_CASE
+            self.tp = MoEBlock(c.hidden, c.inter, c.experts, c.top_k, dtype=c.dtype, device=device)
+            self.tp.sharding_strategy = ShardingStrategy.tensor_parallel(N_SHARDS)
 
     def __call__(self, *xs: TensorValue) -> tuple[TensorValue, ...]:
         outs: list[TensorValue] = []
         for block, x in zip(self.blocks, xs, strict=True):
             outs += [block(x), *block.route(x)]
         if self.device.is_cpu():
-            parts = [ops.cast(s(xs[0]), DType.float32)
-                     for s in self.blocks[0].shard([self.device] * N_SHARDS)]
-            total = parts[0]
-            for part in parts[1:]:
-                total = total + part
-            outs.append(total)
+            for sharded in (self.blocks[0], self.tp):
+                parts = [ops.cast(s(xs[0]), DType.float32)
+                         for s in sharded.shard([self.device] * N_SHARDS)]
+                total = parts[0]
+                for part in parts[1:]:
+                    total = total + part
+                if sharded is self.tp:
+                    outs.append(self.tp(xs[0]))
+                outs.append(total)
         return tuple(outs)
 
 
@@ -93,6 +102,9 @@ def compiled(device_kind: str) -> tuple[Model, Device, tuple[tuple[np.ndarray, .
     state = {}
     for n, (block, w) in enumerate(zip(blocks.blocks, weights, strict=True)):
         state.update({f"blocks.{n}.{k}": v for k, v in block.moe_state(*w).items()})
+    if device_kind == "cpu":
+        tp_weights = case_weights(TP_CASE, seed=30)
+        state.update({f"tp.{k}": v for k, v in blocks.tp.moe_state(*tp_weights).items()})
     blocks.load_state_dict(state)
     session = InferenceSession(devices=[CPU(), dev] if device_kind == "gpu" else [CPU()])
     types = [TensorType(c.dtype, [f"t{n}", c.hidden], dref) for n, c in enumerate(CASES)]

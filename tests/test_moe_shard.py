@@ -1,7 +1,9 @@
-"""`MoEBlock` expert parallelism (MAX's `ShardingStrategy.expert_parallel`) on the CPU.
+"""`MoEBlock` expert and tensor parallelism (MAX's `ShardingStrategy.expert_parallel` and
+`tensor_parallel`) on the CPU.
 
-test_moe_block's CPU graph holds its bf16 block and that block's 2 expert shards (both on the
-CPU device): the sum of the shards' outputs must equal the unsharded block's output.
+test_moe_block's CPU graph holds its bf16 block and that block's 2 expert shards, and a TP
+block and its 2 tensor-parallel shards (all on the CPU device): each sum of shard outputs must
+equal its unsharded block's output.
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ from mojo_gemm.models.reference import round_to
 HIDDEN, INTER, EXPERTS, TOP_K = 64, 32, 8, 3
 
 
-def test_moe_expert_shards_sum_cpu() -> None:
-    """Σ over expert shards == the unsharded MoEBlock (bf16 tolerance), T = 9."""
+def test_moe_shards_sum_cpu() -> None:
+    """Σ over expert shards and Σ over tensor-parallel shards == their unsharded MoEBlock
+    (bf16 tolerance), T = 9."""
     model, dev, _ = compiled("cpu")
     rng = np.random.default_rng(3)
     xs = [round_to(rng.standard_normal((9, c.hidden)), c.dtype) for c in CASES]
     outs = model.execute(*(to_buffer(x, c.dtype).to(dev) for x, c in zip(xs, CASES, strict=True)))
-    full, total = (to_numpy(o).astype(np.float64) for o in (outs[0], outs[-1]))
-    assert total.shape == full.shape
-    err = np.linalg.norm(total - full) / np.linalg.norm(full)
-    assert err <= 1e-2, f"rel. Frobenius error of the shard sum {err:.3e} > 1e-2"
+    base = 3 * len(CASES)  # after every case's (y, ids, weights)
+    for name, full_out, sum_out in (("expert", outs[0], outs[base]),
+                                    ("tensor", outs[base + 1], outs[base + 2])):
+        full, total = (to_numpy(o).astype(np.float64) for o in (full_out, sum_out))
+        assert total.shape == full.shape, name
+        assert np.abs(full).max() > 0, f"{name}: the unsharded block returned zeros"
+        err = np.linalg.norm(total - full) / np.linalg.norm(full)
+        assert err <= 1e-2, f"{name} shards: rel. Frobenius error of the sum {err:.3e} > 1e-2"
 
 
 def test_moe_shard_rejects() -> None:
@@ -39,3 +46,5 @@ def test_moe_shard_rejects() -> None:
         block.sharding_strategy = ShardingStrategy.expert_parallel(3)
     with pytest.raises(ValueError, match="sharding_strategy must be set first"):
         block.shard([DeviceRef.CPU()] * 2)
+    with pytest.raises(ValueError, match="intermediate_size to be a multiple of 48, got 32"):
+        block.sharding_strategy = ShardingStrategy.tensor_parallel(6)

@@ -105,15 +105,19 @@ class MoEBlock(Module):
 
     @property
     def sharding_strategy(self) -> ShardingStrategy | None:
-        """`ShardingStrategy.expert_parallel(n)` (as MAX's MoE): each shard holds E/n experts."""
+        """`ShardingStrategy.expert_parallel(n)` (as MAX's MoE): each shard holds E/n experts;
+        or `ShardingStrategy.tensor_parallel(n)`: each shard holds every expert's slice of
+        intermediate features (gate/up column parallel, down row parallel)."""
         return self._sharding_strategy
 
     @sharding_strategy.setter
     def sharding_strategy(self, strategy: ShardingStrategy) -> None:
-        """Sets expert parallelism; ValueError for another strategy or E not a multiple of n.
+        """Sets expert or tensor parallelism; ValueError for another strategy, or E (expert
+        parallel) / intermediate_size over 8 (tensor parallel) not a multiple of n.
 
         The router weight is replicated (every shard computes the global top-k); gate/up and
-        down weights are split along the expert axis.
+        down weights are split along the expert axis (expert parallel) or along the
+        intermediate features (tensor parallel, `GroupedLinear.sharding_strategy`).
         """
         check_types(
             "MoEBlock.sharding_strategy",
@@ -121,10 +125,20 @@ class MoEBlock(Module):
             {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
         )
         n = strategy.num_devices
+        if strategy.is_tensor_parallel:
+            if self.intermediate_size % (SWIGLU_BLOCK * n):
+                raise ValueError(
+                    f"MoEBlock.sharding_strategy: tensor_parallel({n}) needs intermediate_size "
+                    f"to be a multiple of {SWIGLU_BLOCK * n}, got {self.intermediate_size}")
+            self.router_weight.sharding_strategy = ShardingStrategy.replicate(n)
+            self.gate_up.sharding_strategy = ShardingStrategy.axiswise(1, n)
+            self.down.sharding_strategy = ShardingStrategy.axiswise(2, n)
+            self._sharding_strategy = strategy
+            return
         if not strategy.is_expert_parallel:
             raise ValueError(
-                f"MoEBlock.sharding_strategy: expected ShardingStrategy.expert_parallel, got "
-                f"{strategy}"
+                "MoEBlock.sharding_strategy: expected ShardingStrategy.expert_parallel or "
+                f"tensor_parallel, got {strategy}"
             )
         if self.num_experts % n:
             raise ValueError(
@@ -137,7 +151,8 @@ class MoEBlock(Module):
         self._sharding_strategy = strategy
 
     def shard(self, devices: Iterable[DeviceRef]) -> list[MoEBlock]:
-        """One `MoEBlock` per device; shard i holds experts [i E/n, (i+1) E/n).
+        """One `MoEBlock` per device. Expert parallel: shard i holds experts [i E/n, (i+1) E/n)
+        (tensor parallel: see `_tensor_shards`; its partial outputs sum the same way).
 
         Each shard maps x `dtype` [T, hidden] -> a partial `dtype` [T, hidden]: the global
         top-k routing, with the assignments to experts held elsewhere as zero rows (the
@@ -147,6 +162,8 @@ class MoEBlock(Module):
         len(devices) differs from its count.
         """
         devices = shard_devices("MoEBlock", self._sharding_strategy, devices)
+        if self._sharding_strategy is not None and self._sharding_strategy.is_tensor_parallel:
+            return self._tensor_shards(devices)
         local = self.num_experts // len(devices)
         routers = self.router_weight.shard(devices)
         gate_ups = self.gate_up.weight.shard(devices)
@@ -163,6 +180,23 @@ class MoEBlock(Module):
                                        dtype=self.dtype, device=device)
             block.down.weight = downs[i]
             block._expert_offset = i * local
+            shards.append(block)
+        return shards
+
+    def _tensor_shards(self, devices: list[DeviceRef]) -> list[MoEBlock]:
+        """Tensor-parallel shards: shard i is an MoEBlock of intermediate_size / n over every
+        expert (the global routing, intermediate features [i I/n, (i+1) I/n)), whose output is
+        a partial sum of the block's."""
+        routers = self.router_weight.shard(devices)
+        gate_ups = self.gate_up.shard(devices)
+        downs = self.down.shard(devices)
+        shards = []
+        for i, device in enumerate(devices):
+            block = MoEBlock(self.hidden_size, self.intermediate_size // len(devices),
+                             self.num_experts, self.top_k, dtype=self.dtype, device=device)
+            block.router_weight = routers[i]
+            block.gate_up = gate_ups[i]
+            block.down = downs[i]
             shards.append(block)
         return shards
 
