@@ -93,15 +93,15 @@ comptime WG256_MIN_M = 257
 below, a 256-token tile is at least half empty or the 128-token tiles were measured best)."""
 
 
-def _wgmma_tile(v: Int) -> Tuple[Int, Int, Int]:
-    """(tokens, bands, stage cost) of a 1-CTA-per-SM tile variant: a 64-token stage costs 3/4
-    of a 128 x 256 one (it dequantizes the same weights for half the tokens), a 256 x 128 stage
-    (the same MMA work with half the dequant) 19/20, as measured."""
+def _wgmma_stage_cost(v: Int) -> Int:
+    """The rule's cost of one 64-K stage of a 1-CTA-per-SM tile variant: a 64 x 256 stage costs
+    3/4 of a 128 x 256 one (it dequantizes the same weights for half the tokens), a 256 x 128
+    stage (the same MMA work with half the dequant) 19/20, as measured."""
     if v == WG_VAR_256:
-        return (256, 2, 19)
+        return 19
     if v == WG_VAR_64:
-        return (64, 4, 15)
-    return (128, 4, 20)
+        return 15
+    return 20
 
 
 def _wgmma_cta_cost(stages: Int, cost: Int, split: Int) -> Int:
@@ -115,16 +115,17 @@ def _wgmma_costs(m: Int, n: Int, kp: Int, v: Int, split: Int) -> Tuple[Int, Int,
     uniform = waves x CTA cost; the data-parallel + tail schedule (M > 64, split > 1) runs the
     full waves of the tiles split 1 and the remaining tiles split `split` in one more wave,
     where they fit one."""
-    var t = _wgmma_tile(v)
+    var cfg = wgmma_config_for(v)
+    var cost = _wgmma_stage_cost(v)
     var stages = kp // 64
-    var tiles = ceildiv(ceildiv(n, 64), t[1]) * ceildiv(m, t[0])
-    var uniform = ceildiv(tiles * split, cluster_wave_cap(split, 1)) * _wgmma_cta_cost(stages, t[2], split)
+    var tiles = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
+    var uniform = ceildiv(tiles * split, cluster_wave_cap(split, 1)) * _wgmma_cta_cost(stages, cost, split)
     var wave = cluster_wave_cap(1, 1)
     var full = tiles // wave
     var rest = tiles - full * wave
     if m <= 64 or split == 1 or full == 0 or rest == 0 or rest * split > cluster_wave_cap(split, 1):
         return (uniform, -1, 0)
-    var hybrid = full * _wgmma_cta_cost(stages, t[2], 1) + _wgmma_cta_cost(stages, t[2], split)
+    var hybrid = full * _wgmma_cta_cost(stages, cost, 1) + _wgmma_cta_cost(stages, cost, split)
     return (uniform, hybrid, full * wave)
 
 
@@ -146,7 +147,7 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     64 x 256; tokens x columns) and splits 1, 2, 3, 4, 6 (>= 8 stages of 64 K per CTA when
     split): time = waves x (stages per CTA x stage cost + fixed CTA cost), waves = ceil(CTAs /
     CTAs one wave holds) (`cluster_wave_cap`: cluster sizes pack into the GPCs unequally),
-    stage costs as `_wgmma_tile`; or, where cheaper, the full waves split 1 and the last
+    stage costs as `_wgmma_stage_cost`; or, where cheaper, the full waves split 1 and the last
     partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
     earlier tile of that list and the smaller split. M <= 64 takes only one-wave grids (else
     64 x 512, split 1). On the H200 sweep (M = 128-256, 28 layers) the uniform model is within
@@ -164,7 +165,7 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 continue
             var c = _wgmma_costs(m, n, kp, v, sp)
             var cost = c[0]
-            if m <= 64 and cost > _wgmma_cta_cost(stages, _wgmma_tile(v)[2], sp):
+            if m <= 64 and cost > _wgmma_cta_cost(stages, _wgmma_stage_cost(v), sp):
                 continue  # more than one wave
             if c[1] >= 0 and c[1] < cost:
                 cost = c[1]

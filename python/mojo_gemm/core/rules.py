@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from max.dtype import DType
-from max.graph import BufferValue, DeviceRef, Dim, StaticDim, TensorValue
+from max.graph import BufferValue, DeviceRef, Dim, ShardingStrategy, StaticDim, TensorValue
 from max.nn.kv_cache import KVCacheParams
 from max.nn.kv_cache.input_types import KVCacheInputsPerDevice
 
@@ -67,6 +67,7 @@ TENSOR = instance_of("a TensorValue", TensorValue)
 BUFFER = instance_of("a BufferValue", BufferValue)
 DTYPE = instance_of("a max.dtype.DType", DType)
 DEVICE = instance_of("a DeviceRef", DeviceRef)
+STRATEGY = instance_of("a max.graph.ShardingStrategy", ShardingStrategy)
 KV_PARAMS = instance_of("a max.nn.kv_cache.KVCacheParams", KVCacheParams)
 KV_COLLECTION = instance_of("a max.nn.kv_cache.PagedCacheValues", KVCacheInputsPerDevice)
 """(PagedCacheValues is a subscripted generic: isinstance needs its origin class.)"""

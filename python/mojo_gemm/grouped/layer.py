@@ -18,9 +18,9 @@ from ..core.rules import (
     DEVICE,
     DTYPE,
     INT,
+    STRATEGY,
     TENSOR,
     check_types,
-    instance_of,
     optional,
 )
 from ..core.sharding import shard_devices
@@ -76,7 +76,6 @@ class GroupedLinear(Module):
         device = device if device is not None else DeviceRef.CPU()
         n = 2 * out_features if swiglu else out_features
         self.weight = Weight("weight", dtype, [num_experts, n, in_features], device)
-        self.device = device
         self._sharding_strategy: ShardingStrategy | None = None
 
     @property
@@ -96,7 +95,7 @@ class GroupedLinear(Module):
         check_types(
             "GroupedLinear.sharding_strategy",
             {"strategy": strategy},
-            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+            {"strategy": STRATEGY},
         )
         n = strategy.num_devices
         axis = self._tp_axis(strategy)

@@ -32,9 +32,9 @@ from ..core.rules import (
     DEVICE,
     DTYPE,
     INT,
+    STRATEGY,
     TENSOR,
     check_types,
-    instance_of,
     optional,
 )
 from ..core.sharding import shard_devices
@@ -122,7 +122,7 @@ class MoEBlock(Module):
         check_types(
             "MoEBlock.sharding_strategy",
             {"strategy": strategy},
-            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+            {"strategy": STRATEGY},
         )
         n = strategy.num_devices
         if strategy.is_tensor_parallel:

@@ -17,6 +17,7 @@ from ..core.rules import (
     DEVICE,
     DTYPE,
     INT,
+    STRATEGY,
     TENSOR,
     check_types,
     instance_of,
@@ -113,7 +114,7 @@ class Int4Linear(Module):
         check_types(
             "Int4Linear.sharding_strategy",
             {"strategy": strategy},
-            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+            {"strategy": STRATEGY},
         )
         n = strategy.num_devices
         replicate = ShardingStrategy.replicate(n)

@@ -20,7 +20,7 @@ from max.graph import DeviceRef, ShardingStrategy, TensorValue, Weight
 from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
-from ..core.rules import ARRAY, check_types, instance_of
+from ..core.rules import ARRAY, STRATEGY, check_types, instance_of
 from ..core.sharding import shard_devices
 from ..fp8.contract import FP8
 from ..fp8.op import quantize_fp8_rows
@@ -97,7 +97,7 @@ class PagedKVProjection(Module):
         check_types(
             "PagedKVProjection.sharding_strategy",
             {"strategy": strategy},
-            {"strategy": instance_of("a max.graph.ShardingStrategy", ShardingStrategy)},
+            {"strategy": STRATEGY},
         )
         if not strategy.is_rowwise:
             raise ValueError(
