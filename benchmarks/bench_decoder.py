@@ -29,7 +29,8 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   of `runner.step` wall times (`step_ms`).
 - breakdown: a CUPTI trace (torch.profiler) of one replay (decode) or one step (prefill):
   kernel µs of ours (names containing "mojo_kernels"), attention (MAX's mha kernels) and the
-  rest.
+  rest, as durations (`*_us`, overlapping under programmatic launches) and as shares of the
+  critical path (`*_crit_us` + `idle_us` = the traced span; `kernel_breakdown`).
 - floors: decode = (weights read: attention projections + the experts the batch routes to,
   E·(1 − (1 − k/E)^batch) expected for random routing + router + LM head, + K/V read) / 4.24
   TB/s; prefill = max(bf16 FLOPs / 728 TFLOP/s + FP8 FLOPs / 1456, bytes / 4.24 TB/s), bytes =
@@ -79,7 +80,9 @@ REPLAYS = 20
 MAX_BATCHES = (1, 8)
 MAX_PREFILL_T = 512
 TOP_KERNELS = 40
-"""Kernels (by name: launches, total µs) kept per row of the breakdown."""
+"""Kernels (by name: launches, total µs, critical-path µs) kept per row of the breakdown."""
+TIMELINE = 48
+"""Kernels of a row's trace kept in start order (name, start, duration, critical-path µs)."""
 POOL = 1 << 25
 """Normals in the pool the expert matrices are cut from (`bench_weights`)."""
 CHECK_PROMPTS = (7, 12)
@@ -202,9 +205,12 @@ def prefill_floor(c: DecoderConfig, tokens: int, seqs: int) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------- breakdown
 def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[str, Any]:
-    """CUPTI kernel time (µs) of one call of `fn`: ours ("mojo_kernels" in the kernel name),
-    attention (MAX's "mha" kernels), the rest; {} when torch is missing or the trace is empty
-    (e.g. CUPTI does not see a graph replay)."""
+    """CUPTI kernel time (µs) of one call of `fn`, split into ours ("mojo_kernels" in the kernel
+    name), attention (MAX's "mha" kernels) and the rest, twice: `*_us` the kernels' durations
+    (with programmatic launches a kernel's span includes its wait for the one before, so these
+    overlap), and `*_crit_us` each kernel's share of the critical path (its end minus the latest
+    end before it, in start order; `idle_us` the gaps with no kernel running), which adds up to
+    the traced span. {} when torch is missing or the trace is empty."""
     try:
         from torch.profiler import ProfilerActivity, profile
     except ImportError:
@@ -217,26 +223,36 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
     except (RuntimeError, OSError, AssertionError) as e:  # diagnostic: never lose the row
         log(f"trace: no trace ({e!r})"[:300])
         return {}
-    parts = {"ours_us": 0.0, "attn_us": 0.0, "rest_us": 0.0}
-    by_name: dict[str, list[float]] = {}
-    kernels = 0
-    for ev in prof.events():
-        if ev.device_type.name != "CUDA" or ev.name.startswith(("Memcpy", "Memset")):
-            continue
-        us = ev.time_range.end - ev.time_range.start
-        kernels += 1
-        name = ev.name.lower()
-        key = ("ours_us" if "mojo_kernels" in name else
-               "attn_us" if "mha" in name or "flash" in name else "rest_us")
-        parts[key] += us
-        entry = by_name.setdefault(ev.name[:160], [0, 0.0])
-        entry[0] += 1
-        entry[1] += us
-    if not kernels:
+    spans = sorted((ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
+                   if ev.device_type.name == "CUDA"
+                   and not ev.name.startswith(("Memcpy", "Memset")))
+    if not spans:
         return {}
-    top = sorted(([n, int(c), round(u, 2)] for n, (c, u) in by_name.items()),
-                 key=lambda row: -row[2])[:TOP_KERNELS]
-    return {**parts, "kernel_us": sum(parts.values()), "kernels": kernels, "top_kernels": top}
+    parts = {f"{p}{s}": 0.0 for s in ("_us", "_crit_us") for p in ("ours", "attn", "rest")}
+    by_name: dict[str, list[float]] = {}
+    timeline = []
+    frontier, idle = spans[0][0], 0.0
+    for start, end, name in spans:
+        low = name.lower()
+        part = ("ours" if "mojo_kernels" in low else
+                "attn" if "mha" in low or "flash" in low else "rest")
+        crit = max(0.0, end - max(start, frontier))
+        idle += max(0.0, start - frontier)
+        frontier = max(frontier, end)
+        parts[f"{part}_us"] += end - start
+        parts[f"{part}_crit_us"] += crit
+        entry = by_name.setdefault(name[:160], [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += end - start
+        entry[2] += crit
+        if len(timeline) < TIMELINE:
+            timeline.append([name[:60], round(start - spans[0][0], 2), round(end - start, 2),
+                             round(crit, 2)])
+    top = sorted(([n, int(c), round(u, 2), round(x, 2)] for n, (c, u, x) in by_name.items()),
+                 key=lambda row: -row[3])[:TOP_KERNELS]
+    return {**parts, "idle_us": idle, "span_us": frontier - spans[0][0],
+            "kernel_us": sum(parts[f"{p}_us"] for p in ("ours", "attn", "rest")),
+            "kernels": len(spans), "top_kernels": top, "timeline": timeline}
 
 
 # -------------------------------------------------------------------------------- correctness
@@ -530,12 +546,15 @@ def main() -> None:
     harness.record(
         "decoder", rows,
         ["model", "phase", "batch", "context", "tokens", "replay_ms", "step_ms", "tok_per_s",
-         "floor_ms", "x_floor", "ours_us", "attn_us", "rest_us", "kernel_us"],
+         "floor_ms", "x_floor", "span_us", "ours_crit_us", "attn_crit_us", "rest_crit_us",
+         "idle_us", "ours_us", "attn_us", "rest_us"],
         method=f"DecoderConfig.olmoe(num_layers={config.num_layers}) (vocab 256); decode "
                f"captured: replay_ms = {REPLAYS} replays back to back / {REPLAYS}, step_ms = "
                "best of 3 runner.step; prefill eager: median runner.step over "
-               f"{PREFILL_REPS} calls (MAX: 1), 8 fresh sequences; *_us: CUPTI kernel time of "
-               "one replay / step (ours = mojo_kernels, attn = MAX mha); floors: see "
+               f"{PREFILL_REPS} calls (MAX: 1), 8 fresh sequences; CUPTI trace of one "
+               "replay / step (ours = mojo_kernels, attn = MAX mha): *_crit_us each part's "
+               "share of the critical path (+ idle_us = span_us), *_us summed kernel "
+               "durations (overlapping under programmatic launches); floors: see "
                "bench_decoder.py; MAX model: q/o qmatmul_b4_g128 (repacked once), K "
                "matmul_k_cache_ragged_scaled_float8, V dynamic_scaled_matmul + "
                "store_v_cache_ragged, experts grouped_matmul_ragged; " + max_note,

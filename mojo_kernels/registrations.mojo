@@ -312,3 +312,26 @@ struct MoeRouteTopkGroup:
             topk_ids, topk_weights, token_index, row_scale, inverse, a_offsets, expert_usage_stats,
             x, router_weight, ctx,
         )
+
+
+# ---- moe_combine_rows: an MoE layer's expert outputs summed back per token (kernels in moe_combine/)
+from .moe_combine.entry import moe_combine_rows
+
+
+@extensibility.register("moe_combine_rows")
+struct MoeCombineRows:
+    """Sums an MoE layer's expert rows back per token: combined[t, h] = Σ_{j < K}
+    y[inverse[t K + j], h], in float32 in j order, rounded once.
+
+    K = inverse.dim(0) / combined.dim(0); rows of inverse outside [0, y.dim(0)) add nothing.
+    Shapes: combined [T, H], y [T K, H] (bfloat16 or float16), inverse int64 [T K].
+    """
+
+    @staticmethod
+    def execute[dtype: DType, //, target: StaticString](
+        combined: OutputTensor[dtype=dtype, rank=2, ...],
+        y: InputTensor[dtype=dtype, rank=2, ...],
+        inverse: InputTensor[dtype=DType.int64, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        moe_combine_rows[target](combined, y, inverse, ctx)

@@ -223,17 +223,22 @@ def _kv_projection_part():  # type: ignore[no-untyped-def]
 
 def _moe_route_part():  # type: ignore[no-untyped-def]
     """Two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16 E = 5 top-5 at H = 96),
-    the router and grouping kernels of each dtype, symbolic T; a part of _compile_parts."""
+    the router and grouping kernels of each dtype, and moe_combine of each (bf16 H = 2048 top-8:
+    16-byte columns; fp16 H = 7 top-5: scalar ones), symbolic T; a part of _compile_parts."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
+    from mojo_gemm.router.combine import moe_combine
     from mojo_gemm.router.op import moe_route
 
     gpu = DeviceRef.GPU()
     configs = [(DType.bfloat16, 2048, 64, 8), (DType.float16, 96, 5, 5)]
+    combines = [(DType.bfloat16, 2048, 8), (DType.float16, 7, 5)]
     types = []
     for dt, h, e, _ in configs:
         types += [TensorType(dt, ["tr", h], gpu), TensorType(dt, [e, h], gpu)]
+    for n, (dt, h, _) in enumerate(combines):
+        types += [TensorType(dt, [f"rc{n}", h], gpu), TensorType(DType.int64, [f"rc{n}"], gpu)]
 
     def build(inputs):  # type: ignore[no-untyped-def]
         outs = []
@@ -241,6 +246,10 @@ def _moe_route_part():  # type: ignore[no-untyped-def]
             r = moe_route(inputs[2 * n].tensor, inputs[2 * n + 1].tensor, k)
             outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
                      r.a_offsets, r.expert_usage_stats]
+        first = 2 * len(configs)
+        for n, (*_, k) in enumerate(combines):
+            outs.append(moe_combine(inputs[first + 2 * n].tensor,
+                                    inputs[first + 2 * n + 1].tensor, k))
         return outs
 
     return types, build, None
@@ -255,26 +264,27 @@ def compile_every_specialization() -> None:
 
 SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
                         "grouped_matmul_sm100_persistent, k_matmul_ragged_paged_scale, "
-                        "moe_route_topk_group, quantize_fp8_rows + k/v_matmul_ragged_paged_scale "
-                        "(PagedKVProjection) (one graph)")
+                        "moe_route_topk_group, moe_combine_rows, quantize_fp8_rows + "
+                        "k/v_matmul_ragged_paged_scale (PagedKVProjection) (one graph)")
 
 
 def compile_every_op() -> None:
     """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
     k_matmul_ragged_paged_scale and v_matmul_ragged_paged_scale at granularity (1, 128, 128)
-    into a bf16 cache) and moe_route_topk_group (MoEBlock's router, 4 experts top-2);
-    symbolic token counts."""
+    into a bf16 cache), moe_route_topk_group (MoEBlock's router, 4 experts top-2) and
+    moe_combine_rows on its rows; symbolic token counts."""
     from max.driver import CPU, Accelerator
     from max.dtype import DType
     from max.engine import InferenceSession
-    from max.graph import BufferType, DeviceRef, TensorType
+    from max.graph import BufferType, DeviceRef, TensorType, ops
     from max.nn import Module
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
     from mojo_gemm import Int4Linear
     from mojo_gemm.grouped.op import grouped_matmul
     from mojo_gemm.k_cache.layer import PagedKVProjection
+    from mojo_gemm.router.combine import moe_combine
     from mojo_gemm.router.op import moe_route
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
@@ -297,7 +307,8 @@ def compile_every_op() -> None:
             self.kv(x.tensor, offsets.tensor, coll)
             y = grouped_matmul(a.tensor, b.tensor, offs.tensor, ids.tensor, stats.tensor)
             r = moe_route(x.tensor, rw.tensor, 2)
-            return self.int4(x.tensor), y, r.token_index, r.row_scale, r.a_offsets
+            back = moe_combine(ops.gather(x.tensor, r.token_index, axis=0), r.inverse, 2)
+            return self.int4(x.tensor), y, r.row_scale, r.a_offsets, back
 
     types: list[TensorType | BufferType] = [
         TensorType(bf16, ["t", hidden], gpu),
@@ -322,7 +333,7 @@ def compile_every_op() -> None:
 
 
 ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
-                  " k/v_matmul_ragged_paged_scale, moe_route_topk_group)")
+                  " k/v_matmul_ragged_paged_scale, moe_route_topk_group, moe_combine_rows)")
 
 
 SHARDED_NAME = ("Int4Linear rowwise + columnwise shards with allreduce, MoEBlock expert shards"

@@ -1,8 +1,8 @@
-"""ONE graph per device holding the op instances of tests/test_moe_route.py and
-tests/test_fp8_quantize_op.py (both pure-op graphs with a symbolic token count and no weights),
-so the two files share one compile. Each file's `compiled(device)` returns a `Part` whose
-`execute` feeds the other file's inputs empty (T = 0, which both ops accept) and returns only
-its own outputs."""
+"""ONE graph per device holding the op instances of tests/test_moe_route.py,
+tests/test_moe_combine.py and tests/test_fp8_quantize_op.py (pure-op graphs with a symbolic
+token count and no weights), so the three files share one compile. Each file's
+`compiled(device)` returns a `Part` whose `execute` feeds the other files' inputs empty (T = 0,
+which every op accepts) and returns only its own outputs."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from functools import cache
 
 import numpy as np
 from max.driver import CPU, Accelerator, Buffer, Device
+from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
 from mojo_gemm.core.host import to_buffer
 from mojo_gemm.fp8.op import quantize_fp8_rows
+from mojo_gemm.router.combine import moe_combine
 from mojo_gemm.router.op import moe_route
 
 
@@ -41,6 +43,7 @@ class Part:
 @cache
 def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
     from test_fp8_quantize_op import CASES as QUANT_CASES
+    from test_moe_combine import CASES as COMBINE_CASES
     from test_moe_route import CASES as ROUTE_CASES
 
     dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
@@ -50,21 +53,30 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
         types += [TensorType(c.dtype, ["T", c.hidden], dref),
                   TensorType(c.dtype, [c.experts, c.hidden], dref)]
     types += [TensorType(c.dtype, ["Tq", c.hidden], dref) for c in QUANT_CASES]
+    for n, c in enumerate(COMBINE_CASES):
+        types += [TensorType(c.dtype, [f"Rc{n}", c.hidden], dref),
+                  TensorType(DType.int64, [f"Rc{n}"], dref)]
     with Graph(f"moe_route_quantize_{device_kind}", input_types=types) as g:
         outs = []
         for n, c in enumerate(ROUTE_CASES):
             r = moe_route(g.inputs[2 * n].tensor, g.inputs[2 * n + 1].tensor, c.top_k)
             outs += [r.topk_ids, r.topk_weights, r.token_index, r.row_scale, r.inverse,
                      r.a_offsets, r.expert_ids, r.expert_usage_stats]
-        for c, x in zip(QUANT_CASES, g.inputs[2 * len(ROUTE_CASES):], strict=True):
+        first = 2 * len(ROUTE_CASES)
+        for c, x in zip(QUANT_CASES, g.inputs[first:first + len(QUANT_CASES)], strict=True):
             outs += quantize_fp8_rows(x.tensor, c.block)
+        first += len(QUANT_CASES)
+        for n, c in enumerate(COMBINE_CASES):
+            y, inverse = g.inputs[first + 2 * n].tensor, g.inputs[first + 2 * n + 1].tensor
+            outs.append(moe_combine(y, inverse, c.top_k))
         g.output(*outs)
     session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
     return session.load(g), dev, types
 
 
-def _part(device_kind: str, quantize: bool) -> tuple[Part, Device]:
+def _part(device_kind: str, which: str) -> tuple[Part, Device]:
     from test_fp8_quantize_op import CASES as QUANT_CASES
+    from test_moe_combine import CASES as COMBINE_CASES
     from test_moe_route import CASES as ROUTE_CASES
     from test_moe_route import OUTPUTS as ROUTE_OUTPUTS
 
@@ -74,16 +86,24 @@ def _part(device_kind: str, quantize: bool) -> tuple[Part, Device]:
         shape = tuple(d.dim if hasattr(d, "dim") else 0 for d in t.shape)
         idle.append(to_buffer(np.zeros(shape), t.dtype).to(dev))
     n_route_in, n_route_out = 2 * len(ROUTE_CASES), ROUTE_OUTPUTS * len(ROUTE_CASES)
-    if quantize:
+    if which == "quantize":
         return Part(model, n_route_in, n_route_out, 2 * len(QUANT_CASES), idle), dev
+    if which == "combine":
+        return Part(model, n_route_in + len(QUANT_CASES), n_route_out + 2 * len(QUANT_CASES),
+                    len(COMBINE_CASES), idle), dev
     return Part(model, 0, 0, n_route_out, idle), dev
 
 
 def route_part(device_kind: str) -> tuple[Part, Device]:
     """test_moe_route's slice: inputs x_i, router_i per case; its OUTPUTS outputs each."""
-    return _part(device_kind, quantize=False)
+    return _part(device_kind, "route")
 
 
 def quantize_part(device_kind: str) -> tuple[Part, Device]:
     """test_fp8_quantize_op's slice: one x per case; data, scales per case."""
-    return _part(device_kind, quantize=True)
+    return _part(device_kind, "quantize")
+
+
+def combine_part(device_kind: str) -> tuple[Part, Device]:
+    """test_moe_combine's slice: y, inverse per case; the combined rows per case."""
+    return _part(device_kind, "combine")

@@ -12,6 +12,8 @@ Public API:
   of a call (kernel and CTA tile), computed on the CPU (op `k_matmul_ragged_paged_scale_plan`).
 - MoE routing in one op (op `moe_route_topk_group`): `moe_route`, `MoERouting` (router logits,
   top-k, softmax and the rows grouped by expert: `grouped_matmul`'s routing operands).
+- MoE combine in one op (op `moe_combine_rows`): `moe_combine` (each token's k expert rows
+  summed back through `MoERouting.inverse`).
 - MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
   combine).
 - FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
@@ -40,6 +42,7 @@ from .int4.quant import Int4Weight
 from .k_cache.layer import PagedKVProjection
 from .k_cache.op import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
 from .k_cache.plan import k_cache_gpu_plan
+from .router.combine import moe_combine
 from .router.op import MoERouting, moe_route
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "k_matmul_ragged_paged_scale",
     "kernels_package",
     "kernels_path",
+    "moe_combine",
     "moe_route",
     "quantize_fp8_blockwise",
     "quantize_fp8_input",

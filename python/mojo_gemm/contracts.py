@@ -29,7 +29,7 @@ from .k_cache.contract import (
     PAGED_KV_PROJECTION_CALL,
     V_MATMUL_RAGGED_PAGED_SCALE,
 )
-from .router.contract import MOE_ROUTE
+from .router.contract import MOE_COMBINE, MOE_ROUTE
 
 ALL_CONTRACTS: tuple[Contract, ...] = (
     INT4_MATMUL,
@@ -40,6 +40,7 @@ ALL_CONTRACTS: tuple[Contract, ...] = (
     PAGED_KV_PROJECTION,
     PAGED_KV_PROJECTION_CALL,
     MOE_ROUTE,
+    MOE_COMBINE,
 )
 """Every public op's contract, in README order."""
 
@@ -52,6 +53,7 @@ __all__ = [
     "INT4_MATMUL",
     "K_CACHE_DTYPES",
     "K_MATMUL_RAGGED_PAGED_SCALE",
+    "MOE_COMBINE",
     "MOE_ROUTE",
     "PAGED_KV_PROJECTION",
     "PAGED_KV_PROJECTION_CALL",

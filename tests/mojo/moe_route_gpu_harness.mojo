@@ -1,6 +1,7 @@
 # Standalone GPU check + timing of moe_route_topk_group's GPU path (no MAX graph): the router and
 # grouping kernels on device buffers (outputs poisoned first) vs the CPU path on host copies (the
-# CPU path is checked against float64 numpy by tests/test_moe_route.py). ids and every grouping
+# CPU path is checked against float64 numpy by tests/test_moe_route.py); then moe_combine_rows
+# on the routing's inverse, GPU vs CPU path, bit for bit. ids and every grouping
 # output must match exactly (the data has no near-ties: integer-valued x and w make every float32
 # logit exact in any summation order), weights to 1e-6. Then times decode and prefill at OLMoE
 # sizes (H = 2048, E = 64, k = 8) with a host loop. From the repository root:
@@ -15,6 +16,8 @@ from std.time import perf_counter_ns
 
 from mojo_kernels.moe_route.cpu import group_rows_cpu, route_tokens_cpu
 from mojo_kernels.moe_route.kernels.topk_group import route_gpu
+from mojo_kernels.moe_combine.cpu import combine_rows_cpu
+from mojo_kernels.moe_combine.kernels.gather_sum import combine_rows_gpu
 
 
 @always_inline
@@ -108,7 +111,37 @@ def run_case[dtype: DType](ctx: DeviceContext, T: Int, H: Int, E: Int, K: Int, i
     for e in range(E + 1):
         bad += Int(g_off[unsafe_offset=e] != c_off[unsafe_offset=e])
     bad += Int(g_st[unsafe_offset=0] != c_st[unsafe_offset=0]) + Int(g_st[unsafe_offset=1] != c_st[unsafe_offset=1])
-    var ok = bad == 0 and wbad == 0
+    # moe_combine_rows on the routing's inverse: rows of y summed back per token (x's columns,
+    # plus one index out of range), GPU vs the CPU path: the same float32 additions in the same
+    # order, so bit-identical
+    var cbad = 0
+    if R > 0:
+        var h_y = unsafe_alloc[Scalar[dtype]](R * H)
+        for i in range(R * H):
+            h_y[unsafe_offset=i] = Scalar[dtype](Float32(rng.next_int(2001) - 1000) / 64.0)
+        var h_inv = unsafe_alloc[Int64](R)
+        for i in range(R):
+            h_inv[unsafe_offset=i] = g_inv[unsafe_offset=i]
+        h_inv[unsafe_offset=R - 1] = Int64(R + 5)  # adds nothing
+        var c_out = unsafe_alloc[Scalar[dtype]](T * H)
+        combine_rows_cpu[dtype](any(c_out), any(h_y), any(h_inv), T, R, H, K)
+        var d_y = ctx.enqueue_create_buffer[dtype](R * H)
+        var d_iv = ctx.enqueue_create_buffer[DType.int64](R)
+        var d_out = ctx.enqueue_create_buffer[dtype](T * H)
+        ctx.enqueue_copy(d_y, h_y)
+        ctx.enqueue_copy(d_iv, h_inv)
+        d_out.enqueue_fill(Scalar[dtype](-77.0))
+        combine_rows_gpu[dtype](d_out.unsafe_ptr().as_unsafe_any_origin(), d_y.unsafe_ptr().as_unsafe_any_origin(),
+                                d_iv.unsafe_ptr().as_unsafe_any_origin(), T, R, H, K, ctx)
+        var g_out = unsafe_alloc[Scalar[dtype]](T * H)
+        ctx.enqueue_copy(g_out, d_out)
+        ctx.synchronize()
+        for i in range(T * H):
+            cbad += Int(g_out[unsafe_offset=i] != c_out[unsafe_offset=i])
+        _ = d_y^
+        _ = d_iv^
+        _ = d_out^
+    var ok = bad == 0 and wbad == 0 and cbad == 0
     var us = Float64(0)
     var quick = False  # --sanitize: no timing loop
     var args = argv()
@@ -123,7 +156,7 @@ def run_case[dtype: DType](ctx: DeviceContext, T: Int, H: Int, E: Int, K: Int, i
             run_gpu()
         ctx.synchronize()
         us = Float64(perf_counter_ns() - t0) / Float64(iters) / 1000.0
-    print("==", dtype, "T =", T, "H =", H, "E =", E, "K =", K, ": mismatches", bad, "weights off", wbad,
+    print("==", dtype, "T =", T, "H =", H, "E =", E, "K =", K, ": mismatches", bad, "weights off", wbad, "combine off", cbad,
           "stats", g_st[unsafe_offset=0], g_st[unsafe_offset=1], "  us/call (host loop, both kernels)", us,
           "PASS" if ok else "FAIL")
     return ok
@@ -138,6 +171,8 @@ def main() raises:
     ok = run_case[DType.bfloat16](ctx, 33, 64, 37, 1, 0) and ok
     ok = run_case[DType.float16](ctx, 129, 256, 100, 7, 0) and ok
     ok = run_case[DType.bfloat16](ctx, 300, 128, 1024, 3, 0) and ok
+    ok = run_case[DType.float16](ctx, 5, 520, 1024, 9, 0) and ok
+    ok = run_case[DType.bfloat16](ctx, 65, 264, 3, 3, 0) and ok
     ok = run_case[DType.bfloat16](ctx, 1, 2048, 64, 8, 500) and ok
     ok = run_case[DType.bfloat16](ctx, 8, 2048, 64, 8, 500) and ok
     ok = run_case[DType.bfloat16](ctx, 64, 2048, 64, 8, 500) and ok

@@ -1,14 +1,17 @@
 """GPU path of `moe_route_topk_group`: two kernels, deterministic, no atomics, both launched as
 programmatic dependents (common/pdl.mojo) that wait for their predecessor before any access.
 
-Router (`_router_kernel`, a CTA of ROUTER_THREADS per ROUTER_TOKENS tokens): warp w takes
-expert groups w, w + ROUTER_WARPS, ... of ROUTER_EXPERTS experts; lane l reads columns
-[8 (l + 32 i), +8) of its experts' weight rows (16-byte loads, coalesced across the warp) and
-of the block's token rows, and keeps ROUTER_TOKENS x ROUTER_EXPERTS float32 partial dots, so
-every x vector it loads serves ROUTER_EXPERTS experts and every weight vector ROUTER_TOKENS
-tokens. Shuffles reduce the partials; the logits go to shared memory [tokens, E]. Then warp i
-ranks token i's experts: K rounds of "largest key below the previous pick" (route.mojo), each a
-strided scan of the logits plus a warp max; lane 0 writes the ids and the softmax.
+Router (`_router_kernel`, clusters of CS CTAs of ROUTER_THREADS, a cluster per block of BT
+tokens): CTA `rank` of a cluster computes the logits of its share of the experts for the whole
+block; warp w takes local experts w, w + ROUTER_WARPS, ... two at a time, each lane holding
+CHUNK 16-byte vectors of both weight rows in registers while it runs them over the block's
+token rows, float32 partial dots reduced by shuffles into the CTA's shared memory. After a
+cluster barrier each CTA ranks BT / CS of the block's tokens, a warp per token reading the
+token's E logits from all the cluster's CTAs (distributed shared memory): K rounds of "largest
+key below the previous pick" (route.mojo), each a strided scan plus a warp max; lane 0 writes
+the ids and the softmax. So even one decode token is routed by CS SMs (the router weight is
+read by the whole cluster, not one SM), with no scratch memory and no second kernel. Targets
+without clusters (common/target.mojo `has_clusters`) run CS = 1: one CTA per 8 tokens.
 
 Grouping (`_group_kernel`, ONE CTA of GROUP_THREADS): warp w owns the contiguous segment
 [w L, (w + 1) L) of the R = T K assignments (L a multiple of 32). A table in shared memory holds
@@ -29,26 +32,34 @@ from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, WARP_SIZE, barrier, block_idx, thread_idx
 from max.gpu.host import DeviceContext, FuncAttribute
 from max.gpu.memory import AddressSpace, external_memory
+from max.gpu.host import Dim
+from max.gpu.primitives.cluster import block_rank_in_cluster, cluster_sync, load_cluster_smem
 from max.gpu.primitives.warp import match_any, shuffle_up, shuffle_xor
 from max.gpu.primitives.warp import max as warp_max
 from max.gpu.sync import syncwarp
 
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ...common.target import FORCE_AUTO, gpu_path, has_clusters
 from ..route import key_expert, key_logit, logit_key
 
 comptime F32 = DType.float32
-comptime ROUTER_THREADS = 512
-comptime ROUTER_WARPS = ROUTER_THREADS // WARP_SIZE
-comptime ROUTER_TOKENS = 8
-"""Tokens per router CTA (each warp ranks one of them)."""
-comptime ROUTER_EXPERTS = WARP_SIZE // ROUTER_TOKENS
-"""Experts a warp accumulates at once (a warp's partial dots: one per lane)."""
+comptime ROUTER_WARPS = 8
+comptime ROUTER_THREADS = ROUTER_WARPS * WARP_SIZE
+comptime CHUNK = 4
+"""16-byte vectors of each of a warp's two weight rows a lane holds at once."""
+comptime DECODE_TOKENS = 64
+"""Up to this many tokens the router runs clusters of 8 CTAs over 8-token blocks (every
+cluster's CTAs split the experts: the whole GPU reads the router weight), beyond it clusters of
+2 over 16-token blocks (fewer re-reads of x and of the weight)."""
 comptime VEC = 8
 """Elements per 16-byte load: H must be a multiple of it (the op's contract)."""
 comptime LOG_WARP = 5 if WARP_SIZE == 32 else 6
 comptime GROUP_THREADS = 1024
 comptime SEGMENTS = GROUP_THREADS // WARP_SIZE
 """One segment of the assignments per warp of the grouping CTA."""
+comptime GROUP_UNROLL = 8
+"""Steps of 32 assignments whose loads a grouping warp issues together (latency, not
+bandwidth, bounds the one CTA)."""
 
 
 @always_inline
@@ -70,8 +81,13 @@ def _reduce_scatter[n: Int](v: SIMD[F32, n], lane: Int) -> Float32:
         return _reduce_scatter[half](keep, lane)
 
 
+@always_inline
+def _load_vec[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], i: Int) -> SIMD[F32, VEC]:
+    return p.unsafe_offset(i).unsafe_load[width=VEC, alignment=16](0).cast[F32]()
+
+
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(ROUTER_THREADS)))
-def _router_kernel[dtype: DType](
+def _router_kernel[dtype: DType, CS: Int, BT: Int](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
     ids: Pointer[Int32, MutAnyOrigin],
@@ -82,73 +98,132 @@ def _router_kernel[dtype: DType](
     K: Int32,
     x_stride: Int32,
 ):
-    """Tokens [block_idx.x * ROUTER_TOKENS, +ROUTER_TOKENS): logits, top-K ids, softmax weights.
-    Dynamic shared memory: ROUTER_TOKENS * E float32 logits."""
-    comptime BT = ROUTER_TOKENS
-    comptime EPW = ROUTER_EXPERTS
-    var logits = external_memory[Float32, address_space=AddressSpace.SHARED, alignment=16]()
-    # PDL (common/pdl.mojo): resident early, reading x only once its producer has completed
+    """A cluster of CS CTAs routes tokens [cluster * BT, +BT): CTA `rank` computes the logits of
+    experts [rank * EPC, +EPC) (EPC = ceil(E / CS)) for all BT tokens into its shared memory,
+    then, after a cluster barrier, ranks tokens [rank * BT / CS, +BT / CS) (one warp each) from
+    all CTAs' logits (distributed shared memory): top-K ids and the softmax weights.
+    Dynamic shared memory: BT * EPC + (BT / CS) * E float32."""
+    comptime TPR = BT // CS
+    comptime assert TPR * CS == BT and TPR <= ROUTER_WARPS, "BT / CS tokens per CTA, a warp each"
+    comptime assert 2 * BT <= WARP_SIZE and WARP_SIZE % (2 * BT) == 0, "2 BT partial dots per lane"
+    comptime SPAN = WARP_SIZE * VEC
+    """Columns one 16-byte load of every lane covers."""
+    var smem = external_memory[Float32, address_space=AddressSpace.SHARED, alignment=16]()
+    # PDL (common/pdl.mojo): resident early; the router weight is no earlier kernel's output,
+    # but x is, so everything waits (the weight loads then overlap the first x loads)
     launch_dependent_grids()
-    wait_on_dependent_grids()
+    var rank = 0
+    comptime if CS > 1:
+        rank = Int(block_rank_in_cluster())
     var warp = thread_idx.x // WARP_SIZE
     var lane = thread_idx.x % WARP_SIZE
     var n_e = Int(E)
     var n_h = Int(H)
-    var t0 = block_idx.x * BT
-    var nt = min(BT, Int(T) - t0)
     var xs = Int(x_stride)
-    for g in range(warp, ceildiv(n_e, EPW), ROUTER_WARPS):
-        var e0 = g * EPW
-        var acc = SIMD[F32, BT * EPW](0)
-        var c = lane * VEC
-        while c < n_h:
-            var wv = SIMD[F32, EPW * VEC](0)
-            comptime for j in range(EPW):
-                if e0 + j < n_e:
-                    var row = w.unsafe_offset((e0 + j) * n_h + c).unsafe_load[width=VEC, alignment=16](0)
-                    wv = wv.insert[offset=j * VEC](row.cast[F32]())
-            comptime for i in range(BT):
-                if i < nt:
-                    var xv = x.unsafe_offset((t0 + i) * xs + c).unsafe_load[width=VEC, alignment=16](0).cast[F32]()
-                    comptime for j in range(EPW):
-                        var s = acc[i * EPW + j]
-                        comptime for v in range(VEC):
-                            s = xv[v].fma(wv[j * VEC + v], s)
-                        acc[i * EPW + j] = s
-            c += WARP_SIZE * VEC
-        var dot = _reduce_scatter[BT * EPW](acc, lane)  # lane l: the dot of slot l
-        var i = lane // EPW
-        var j = lane % EPW
-        if i < nt and e0 + j < n_e:
-            logits[unsafe_offset=i * n_e + e0 + j] = dot
-    barrier()
-    if warp >= nt:
-        return  # whole warps leave: no shuffle is left waiting
-    var t = t0 + warp
-    var row = logits.unsafe_offset(warp * n_e)
-    var n_k = Int(K)
-    var prev = UInt64(0)
-    var v0 = Float32(0)
-    var total = Float32(0)
-    for r in range(n_k):
-        var best = UInt64(0)
+    var t0 = (block_idx.x // CS) * BT
+    var nt = min(BT, Int(T) - t0)
+    var epc = ceildiv(n_e, CS)
+    var e_lo = rank * epc
+    var mine = max(0, min(n_e, e_lo + epc) - e_lo)
+    var part = smem  # [BT, epc]: this CTA's experts' logits
+    var ranked = smem.unsafe_offset(BT * epc)  # [TPR, E]: the tokens this CTA ranks
+    wait_on_dependent_grids()
+
+    # Warp `warp` owns local experts warp + ROUTER_WARPS * i, two at a time (a, b): each lane
+    # keeps CHUNK 16-byte vectors of both weight rows in registers and runs them over the
+    # block's tokens (x from L1 / L2), 2 BT float32 partial dots per lane.
+    var la = warp
+    while la < mine:
+        var lb = la + ROUTER_WARPS
+        var has_b = lb < mine
+        var wa = w.unsafe_offset((e_lo + la) * n_h)
+        var wb = w.unsafe_offset((e_lo + (lb if has_b else la)) * n_h)
+        var acc = SIMD[F32, 2 * BT](0)
+        var c0 = lane * VEC
+        while c0 < n_h:
+            var va = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
+            var vb = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
+            # No branch around a load, so all of them can be in flight at once: columns past H
+            # re-read the last vector against zero weights, tokens past the block re-read the
+            # last token (their dots are never stored).
+            comptime for i in range(CHUNK):
+                var c = c0 + i * SPAN
+                var live = c < n_h
+                var cc = min(c, n_h - VEC)
+                var ra = _load_vec(wa, cc)
+                var rb = _load_vec(wb, cc)
+                va[i] = ra if live else SIMD[F32, VEC](0)
+                vb[i] = rb if live else SIMD[F32, VEC](0)
+            comptime for t in range(BT):
+                var xr = x.unsafe_offset(min(t0 + t, Int(T) - 1) * xs)
+                var sa = SIMD[F32, VEC](0)
+                var sb = SIMD[F32, VEC](0)
+                comptime for i in range(CHUNK):
+                    var xv = _load_vec(xr, min(c0 + i * SPAN, n_h - VEC))
+                    sa = xv.fma(va[i], sa)
+                    sb = xv.fma(vb[i], sb)
+                acc[t] += sa.reduce_add()
+                acc[BT + t] += sb.reduce_add()
+            c0 += CHUNK * SPAN
+        var dot = _reduce_scatter[2 * BT](acc, lane)  # lane l: slot l % (2 BT) over the warp
+        comptime for step in range(LOG_WARP):
+            comptime off = 1 << step
+            comptime if off >= 2 * BT:
+                dot += shuffle_xor(dot, UInt32(off))
+        var slot = lane % (2 * BT)
+        var t = slot % BT
+        var le = la if slot < BT else lb
+        if lane < 2 * BT and t < nt and (slot < BT or has_b):
+            part[unsafe_offset=t * epc + le] = dot
+        la += 2 * ROUTER_WARPS
+    _cluster_barrier[CS]()  # every CTA's logits are in its shared memory
+
+    var tl = rank * TPR + warp  # this warp's token in the block
+    if warp < TPR and tl < nt:
+        var row = ranked.unsafe_offset(warp * n_e)
         for e in range(lane, n_e, WARP_SIZE):
-            var key = logit_key(row[unsafe_offset=e], e)
-            if (r == 0 or key < prev) and key > best:
-                best = key
-        best = warp_max(best)
-        prev = best
-        if lane == 0:
-            var v = key_logit(best)
-            if r == 0:
-                v0 = v
-            var p = exp(v - v0)
-            total += p
-            ids[unsafe_offset=t * n_k + r] = key_expert(best)
-            weights[unsafe_offset=t * n_k + r] = p
-    if lane == 0:
+            var q = e // epc
+            var src = part.unsafe_offset(tl * epc + e - q * epc)
+            comptime if CS > 1:
+                row[unsafe_offset=e] = load_cluster_smem[F32, 1](src, UInt32(q))[0]
+            else:
+                row[unsafe_offset=e] = src[unsafe_offset=0]
+        syncwarp()
+        var t = t0 + tl
+        var n_k = Int(K)
+        var prev = UInt64(0)
+        var v0 = Float32(0)
+        var total = Float32(0)
         for r in range(n_k):
-            weights[unsafe_offset=t * n_k + r] = weights[unsafe_offset=t * n_k + r] / total
+            var best = UInt64(0)
+            for e in range(lane, n_e, WARP_SIZE):
+                var key = logit_key(row[unsafe_offset=e], e)
+                if (r == 0 or key < prev) and key > best:
+                    best = key
+            best = warp_max(best)
+            prev = best
+            if lane == 0:
+                var v = key_logit(best)
+                if r == 0:
+                    v0 = v
+                var p = exp(v - v0)
+                total += p
+                ids[unsafe_offset=t * n_k + r] = key_expert(best)
+                weights[unsafe_offset=t * n_k + r] = p
+        if lane == 0:
+            for r in range(n_k):
+                weights[unsafe_offset=t * n_k + r] = weights[unsafe_offset=t * n_k + r] / total
+    comptime if CS > 1:
+        cluster_sync()  # peers' shared memory must outlive every remote read
+
+
+@always_inline
+def _cluster_barrier[CS: Int]():
+    """A barrier over the cluster (CS > 1, sm_90+) or the CTA (CS = 1: every target)."""
+    comptime if CS > 1:
+        cluster_sync()
+    else:
+        barrier()
 
 
 @always_inline
@@ -207,16 +282,21 @@ def _group_kernel(
         table[unsafe_offset=q] = 0
     barrier()
 
-    # pass 1: count[e, warp]
+    # pass 1: count[e, warp]; GROUP_UNROLL steps' ids are loaded before any is counted
     var b = a0
     while b < a1:
-        var a = b + lane
-        var e = ids[unsafe_offset=a] if a < a1 else Int32(-1)
-        var peers = _peers(e)
-        if e >= 0 and Int(count_trailing_zeros(peers)) == lane:
-            table[unsafe_offset=Int(e) * SEGMENTS + warp] += UInt32(pop_count(peers))
-        syncwarp()
-        b += WARP_SIZE
+        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
+        comptime for u in range(GROUP_UNROLL):
+            var a = b + u * WARP_SIZE + lane
+            if a < a1:
+                es[u] = ids[unsafe_offset=a]
+        comptime for u in range(GROUP_UNROLL):
+            var e = es[u]
+            var peers = _peers(e)
+            if e >= 0 and Int(count_trailing_zeros(peers)) == lane:
+                table[unsafe_offset=Int(e) * SEGMENTS + warp] += UInt32(pop_count(peers))
+            syncwarp()
+        b += GROUP_UNROLL * WARP_SIZE
 
     barrier()
     # exclusive scan of the table (e-major): thread tid owns entries [tid * per, (tid + 1) * per)
@@ -265,22 +345,62 @@ def _group_kernel(
     # pass 2: rows (the a_offsets reads above finished at the barrier)
     b = a0
     while b < a1:
-        var a = b + lane
-        var valid = a < a1
-        var e = ids[unsafe_offset=a] if valid else Int32(-1)
-        var peers = _peers(e)
-        var base = UInt32(0)
-        if valid:
-            base = table[unsafe_offset=Int(e) * SEGMENTS + warp]
-            var row = Int(base) + Int(pop_count(peers & _lanes_below(lane)))
-            token_index[unsafe_offset=row] = Int64(a // n_k)
-            row_scale[unsafe_offset=row] = weights[unsafe_offset=a]
-            inverse[unsafe_offset=a] = Int64(row)
-        syncwarp()
-        if valid and Int(count_trailing_zeros(peers)) == lane:
-            table[unsafe_offset=Int(e) * SEGMENTS + warp] = base + UInt32(pop_count(peers))
-        syncwarp()
-        b += WARP_SIZE
+        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
+        var ws = SIMD[F32, GROUP_UNROLL](0)
+        comptime for u in range(GROUP_UNROLL):
+            var a = b + u * WARP_SIZE + lane
+            if a < a1:
+                es[u] = ids[unsafe_offset=a]
+                ws[u] = weights[unsafe_offset=a]
+        comptime for u in range(GROUP_UNROLL):
+            var a = b + u * WARP_SIZE + lane
+            var valid = a < a1
+            var e = es[u]
+            var peers = _peers(e)
+            var base = UInt32(0)
+            if valid:
+                base = table[unsafe_offset=Int(e) * SEGMENTS + warp]
+                var row = Int(base) + Int(pop_count(peers & _lanes_below(lane)))
+                token_index[unsafe_offset=row] = Int64(a // n_k)
+                row_scale[unsafe_offset=row] = ws[u]
+                inverse[unsafe_offset=a] = Int64(row)
+            syncwarp()
+            if valid and Int(count_trailing_zeros(peers)) == lane:
+                table[unsafe_offset=Int(e) * SEGMENTS + warp] = base + UInt32(pop_count(peers))
+            syncwarp()
+        b += GROUP_UNROLL * WARP_SIZE
+
+
+def launch_router[dtype: DType, CS: Int, BT: Int](
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    w: Pointer[Scalar[dtype], MutAnyOrigin],
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    T: Int,
+    H: Int,
+    E: Int,
+    K: Int,
+    x_stride: Int,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues the router kernel in clusters of CS CTAs over blocks of BT tokens (T > 0)."""
+    comptime router = _router_kernel[dtype, CS, BT]
+    var smem = (BT * ceildiv(E, CS) + (BT // CS) * E) * 4
+    comptime if CS > 1:
+        ctx.enqueue_function[router](
+            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
+            grid_dim=ceildiv(T, BT) * CS, block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
+            cluster_dim=Dim(CS, 1, 1),
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
+            attributes=pdl_attributes(),
+        )
+    else:
+        ctx.enqueue_function[router](
+            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
+            grid_dim=ceildiv(T, BT), block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
+            attributes=pdl_attributes(),
+        )
 
 
 def route_gpu[dtype: DType](
@@ -303,17 +423,33 @@ def route_gpu[dtype: DType](
     """Enqueues the router (nothing for T == 0) and the grouping kernel (always: it writes
     a_offsets and stats for R == 0 too)."""
     if T > 0:
-        comptime router = _router_kernel[dtype]
-        var smem = ROUTER_TOKENS * E * 4
-        ctx.enqueue_function[router](
-            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
-            grid_dim=ceildiv(T, ROUTER_TOKENS), block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
-            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
-            attributes=pdl_attributes(),
-        )
+        comptime if has_clusters(gpu_path[FORCE_AUTO]()):
+            if T <= DECODE_TOKENS:
+                launch_router[dtype, 8, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+            else:
+                launch_router[dtype, 2, 16](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+        else:
+            launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+    launch_group(ids, weights, token_index, row_scale, inverse, offsets, stats, T * K, E, K, ctx)
+
+
+def launch_group(
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    token_index: Pointer[Int64, MutAnyOrigin],
+    row_scale: Pointer[Float32, MutAnyOrigin],
+    inverse: Pointer[Int64, MutAnyOrigin],
+    offsets: Pointer[UInt32, MutAnyOrigin],
+    stats: Pointer[UInt32, MutAnyOrigin],
+    R: Int,
+    E: Int,
+    K: Int,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues the one-CTA grouping kernel over the R = T K assignments."""
     var table_bytes = E * SEGMENTS * 4
     ctx.enqueue_function[_group_kernel](
-        ids, weights, token_index, row_scale, inverse, offsets, stats, Int32(T * K), Int32(E), Int32(K),
+        ids, weights, token_index, row_scale, inverse, offsets, stats, Int32(R), Int32(E), Int32(K),
         grid_dim=1, block_dim=GROUP_THREADS, shared_mem_bytes=table_bytes,
         func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(table_bytes)),
         attributes=pdl_attributes(),

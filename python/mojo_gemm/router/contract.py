@@ -13,6 +13,7 @@ from ..core.rules import (
     Violation,
     dtype_in,
     dtype_like,
+    positive_int,
     rank_is,
     same_device,
     shape_of,
@@ -75,3 +76,48 @@ MOE_ROUTE = Contract(
     types={"x": TENSOR, "router_weight": TENSOR, "top_k": INT},
 )
 """Rules of `mojo_gemm.moe_route`."""
+
+
+def _rows(a: Args) -> Violation:
+    r, n = a["y"].shape[0], a["inverse"].shape[0]
+    if static(r) is not None and static(n) is not None:
+        ok = static(r) == static(n)
+    else:
+        ok = str(r) == str(n)
+    return None if ok else (f"{n} rows (inverse's length)", shape_of(a["y"]))
+
+
+def _multiple_of_k(a: Args) -> Violation:
+    n = static(a["inverse"].shape[0])
+    k = a["top_k"]
+    return None if n is None or n % k == 0 else (f"a length that is a multiple of top_k = {k}", n)
+
+
+def _hidden_static(a: Args) -> Violation:
+    h = static(a["y"].shape[1])
+    return None if h is not None else ("a static H", a["y"].shape[1])
+
+
+MOE_COMBINE = Contract(
+    op="moe_combine",
+    summary=(
+        "The inverse of `moe_route`'s grouping, in one op (op `moe_combine_rows`): out [T, H] "
+        "with out[t] = Σ_{j < k} y[inverse[t·k + j]] summed in float32 in j order and rounded "
+        "once to y's dtype, for y the [T·k, H] rows of an expert GEMM in `moe_route`'s sorted "
+        "order (router weights already applied, e.g. `grouped_matmul(..., row_scale=...)`) and "
+        "inverse = `MoERouting.inverse`; an index outside [0, T·k) adds nothing."
+    ),
+    rules=(
+        Rule("y", "dtype bfloat16 or float16", dtype_in("y", MOE_ROUTE_DTYPES), TypeError),
+        Rule("inverse", "dtype int64", dtype_in("inverse", (DType.int64,)), TypeError),
+        Rule("y", "rank 2 [T·k, H] (rows may be symbolic)", rank_is("y", 2)),
+        Rule("inverse", "rank 1 [T·k]", rank_is("inverse", 1)),
+        Rule("y", "H (dim 1) static", _hidden_static),
+        Rule("y", "as many rows as inverse has entries", _rows),
+        Rule("top_k", "a positive int", positive_int("top_k")),
+        Rule("inverse", "a length that is a multiple of top_k", _multiple_of_k),
+        Rule("inverse", "on y's device", same_device("inverse", "y")),
+    ),
+    types={"y": TENSOR, "inverse": TENSOR, "top_k": INT},
+)
+"""Rules of `mojo_gemm.moe_combine`."""
