@@ -2,6 +2,7 @@
 
     python benchmarks/bench_decoder.py                  # OLMoE-1B-7B dims, 4 layers (< 9 min)
     python benchmarks/bench_decoder.py --layers 2 --skip-max
+    python benchmarks/bench_decoder.py --devices 2     # sharded over 2 GPUs against 1 GPU
 
 Model (`DecoderConfig.olmoe`): hidden 2048, 16 q / 16 KV heads of 128 (no RoPE), 64 experts
 top-8 of intermediate 1024, a bf16 paged cache of page 128, MAX's paged flash attention (causal);
@@ -37,6 +38,13 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   weights (all experts routed) + K/V written and read (activations not counted).
 - MAX's model: decode at batch 1 and 8 (its grouped kernel is naive on Hopper) and one timed
   prefill of MAX_PREFILL_T tokens.
+
+`--devices N`: instead, the model sharded over N GPUs (`ShardedMoEDecoder` through
+`DecoderRunner(devices=N)`: heads, KV heads and experts split, MAX's allreduce) beside the same
+sharded model on one GPU, both eager (the sharded runner does not capture): the same check,
+then decode batch SHARDED_BATCH at context 1024 (median of SHARDED_REPS steps) and prefill of
+SHARDED_PREFILL_T tokens; tok/s per GPU count and the N-GPU / 1-GPU throughput ratio
+(`decoder_sharded` in RESULTS.md). `--devices 1` runs the one-GPU half alone.
 
 Results: benchmarks/out/decoder-*.json and a table in RESULTS.md. Env: BENCH_BUDGET_S (default
 540): MAX's model is skipped when less than MAX_MIN_S of it is left.
@@ -97,6 +105,12 @@ BANDWIDTH = harness.H200_BANDWIDTH
 BF16_FLOPS = harness.H200_BF16_FLOPS
 FP8_FLOPS = 2 * harness.H200_BF16_FLOPS
 BARS = {"decode_b1": 2.0, "decode_b8+": 1.5, "prefill": 2.0}
+SHARDED_BATCH = 64
+SHARDED_CONTEXT = 1024
+SHARDED_PREFILL_T = 4096
+SHARDED_REPS = 5
+SHARDED_BARS = {"decode": 1.0, "prefill": 1.7}
+"""N-GPU / 1-GPU throughput the sharded model must reach (decode: no slower)."""
 
 
 def log(*parts: object) -> None:
@@ -457,6 +471,70 @@ def run_model(name: str, weights: DecoderWeights, schedule: list[list[list[int]]
     return rows, rec  # the runner (and its cache) is freed here, before the next model
 
 
+def run_sharded(devices: int, weights: DecoderWeights, schedule: list[list[list[int]]],
+                ref: tuple[Any, Any, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The sharded model over `devices` GPUs (eager): the check, decode batch SHARDED_BATCH at
+    SHARDED_CONTEXT and a prefill of SHARDED_PREFILL_T tokens."""
+    from mojo_gemm.models.runtime import DecoderRunner
+
+    c, name = weights.config, f"ours x{devices}"
+    max_ctx = SHARDED_CONTEXT + c.page_size
+    calls = prefill_calls(SHARDED_REPS)
+    num_seqs = len(schedule[0]) + SHARDED_BATCH + PREFILL_SEQS * calls
+    pages = (pages_for([max_ctx] * (len(schedule[0]) + SHARDED_BATCH), c.page_size)
+             + PREFILL_SEQS * calls * -(-(SHARDED_PREFILL_T // PREFILL_SEQS) // c.page_size) + 8)
+    t = time.perf_counter()
+    runner = DecoderRunner(weights, "gpu", num_seqs, total_pages=pages, max_cache_length=max_ctx,
+                           devices=devices, sharded=True)
+    log(f"{name}: compiled in {time.perf_counter() - t:.1f}s")
+    seqs = Sequences()
+    rec = check(name, runner, weights, seqs.take(len(schedule[0])), schedule, ref[0], ref[1])
+    rng = np.random.default_rng(5)
+    decode_seqs = seqs.take(SHARDED_BATCH)
+    lengths = np.array(runner.cache.lengths, np.int64)
+    lengths[decode_seqs] = SHARDED_CONTEXT
+    runner.cache.reserve(lengths)
+    tokens = [[int(t)] for t in rng.integers(0, c.vocab_size, SHARDED_BATCH)]
+    runner.step(tokens, sequences=decode_seqs)
+    ms = statistics.median(runner.step(tokens, sequences=decode_seqs).seconds
+                           for _ in range(SHARDED_REPS)) * 1e3
+    rows = [{"model": name, "phase": "decode", "batch": SHARDED_BATCH,
+             "context": SHARDED_CONTEXT, "tokens": SHARDED_BATCH, "step_ms": ms,
+             "tok_per_s": SHARDED_BATCH / ms * 1e3}]
+    log(name, "decode", rows[0])
+    rows += time_prefill(runner, name, c, seqs, (SHARDED_PREFILL_T,), SHARDED_REPS, rng)
+    return rows, rec
+
+
+def sharded_main(devices: int, weights: DecoderWeights, schedule: list[list[list[int]]],
+                 ref: tuple[Any, Any, Any]) -> None:
+    """`--devices N`: the sharded model on 1 and N GPUs, their throughput ratio, recorded."""
+    rows, checks = [], []
+    for n in sorted({1, devices}):
+        r, rec = run_sharded(n, weights, schedule, ref)
+        rows += r
+        checks.append(rec)
+    summary: dict[str, Any] = {}
+    if devices > 1:
+        for phase, bar in SHARDED_BARS.items():
+            one, many = (next(r["tok_per_s"] for r in rows
+                              if r["model"] == f"ours x{n}" and r["phase"] == phase)
+                         for n in (1, devices))
+            summary[phase] = {"speedup": many / one, "bar": bar, "pass": many / one >= bar}
+            log(f"bar {phase}: {devices} GPUs / 1 GPU throughput {many / one:.3f} (bar {bar})")
+    harness.record(
+        "decoder_sharded", rows,
+        ["model", "phase", "batch", "context", "tokens", "step_ms", "tok_per_s"],
+        method=f"DecoderConfig.olmoe(num_layers={weights.config.num_layers}) as "
+               "ShardedMoEDecoder over 1 and N GPUs (heads, KV heads, experts split; MAX "
+               "allreduce), eager: step_ms = median runner.step over "
+               f"{SHARDED_REPS} calls (decode batch {SHARDED_BATCH} at context "
+               f"{SHARDED_CONTEXT}; prefill {SHARDED_PREFILL_T} tokens as {PREFILL_SEQS} "
+               "fresh sequences)",
+        extra={"checks": checks, "bars": summary, "config": weights.config.__dict__})
+    log("done")
+
+
 def max_model(weights: DecoderWeights) -> Any:
     """`MaxDecoder` with `weights` loaded (q/o repacked by MAX on the GPU)."""
     from max.driver import CPU, Accelerator
@@ -504,11 +582,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--config", choices=["olmoe"], default="olmoe")
     parser.add_argument("--skip-max", action="store_true", help="only the package's decoder")
+    parser.add_argument("--devices", type=int, default=0,
+                        help="the sharded model over N GPUs against 1 GPU (instead)")
     args = parser.parse_args()
     from max.driver import accelerator_count
 
     if accelerator_count() == 0:
         raise SystemExit("bench_decoder.py needs a GPU (captured decode, MAX's flash kernel)")
+    if args.devices > accelerator_count():
+        raise SystemExit(f"--devices {args.devices}: this machine has {accelerator_count()} "
+                         "GPU(s)")
     config = DecoderConfig.olmoe(num_layers=args.layers)
     weights = bench_weights(config, seed=0)
     log(f"weights ({config.num_layers} layers) ready")
@@ -518,6 +601,9 @@ def main() -> None:
             if m < NEAR_TIE]
     log(f"reference done; smallest router margin per step (logit stds) "
         f"{[f'{min(m):.2e}' for m in margins]}; near ties (< {NEAR_TIE}): {near}")
+    if args.devices:
+        sharded_main(args.devices, weights, schedule, ref)
+        return
     rows, checks = [], []
     r, rec = run_model("ours", weights, schedule, ref, BATCHES, PREFILL_T, PREFILL_REPS)
     rows += r

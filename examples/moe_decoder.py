@@ -1,6 +1,6 @@
 """A small MoE decoder on mojo-gemm's ops, generating greedily, checked against float64 numpy.
 
-    python examples/moe_decoder.py [--device cpu|gpu] [--steps N] [--seed S]
+    python examples/moe_decoder.py [--device cpu|gpu] [--steps N] [--seed S] [--devices N]
 
 The model (`mojo_gemm.models.decoder`, deterministic random weights): 2 layers, hidden 512,
 8 query / 2 KV heads of 64, 8 experts top-2 (SwiGLU, intermediate 256) through the grouped GEMM,
@@ -13,6 +13,11 @@ step on the same input tokens as the graph (teacher forcing: each step compares 
 like); the script prints "match" and exits 0
 only when every step's logits are within rel. error 2e-2 and every greedy id equals the
 reference's.
+
+`--devices N` (GPU, N > 1) runs the same model sharded over N GPUs (`ShardedMoEDecoder`: query
+and KV heads and the experts split over the devices, MAX's allreduce, each GPU its share of the
+paged cache) with MAX's flash attention (4 query / 2 KV heads of 128, page 128, so that N = 2
+splits every head count), eager steps, against the same float64 reference.
 
 Greedy ids are a sharp test: a random model's top two logits are often within 1e-3 standard
 deviations of each other, closer than float32-vs-float64 rounding can guarantee (an FP8 block
@@ -34,6 +39,9 @@ from mojo_gemm.models.reference import ReferenceDecoder
 from mojo_gemm.models.runtime import DecoderRunner
 
 PROMPT_LENGTHS = (7, 19, 1, 12)
+SHARDED_CONFIG = DecoderConfig(num_heads=4, num_kv_heads=2, head_dim=128, page_size=128,
+                               attention="flash")
+"""The model of `--devices N > 1`: MAX's flash attention, head counts that 2 GPUs split."""
 TOL = 2e-2
 
 
@@ -70,15 +78,20 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--steps", type=int, default=4, help="decode steps after the prefill")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--devices", type=int, default=1, help="GPUs to shard the model over")
     args = parser.parse_args()
+    if args.devices > 1 and args.device != "gpu":
+        parser.error("--devices > 1 needs --device gpu")
 
-    config = DecoderConfig()
+    config = DecoderConfig() if args.devices == 1 else SHARDED_CONFIG
     weights = random_weights(config, args.seed)
     rng = np.random.default_rng(args.seed + 1)
     prompts = [rng.integers(0, config.vocab_size, n).tolist() for n in PROMPT_LENGTHS]
 
-    runner = DecoderRunner(weights, args.device, num_sequences=len(prompts))
-    print(f"compiled the decoder graph for {args.device} in {runner.compile_seconds:.1f}s")
+    runner = DecoderRunner(weights, args.device, num_sequences=len(prompts),
+                           devices=args.devices)
+    where = args.device if args.devices == 1 else f"{args.devices} GPUs"
+    print(f"compiled the decoder graph for {where} in {runner.compile_seconds:.1f}s")
     reference = ReferenceDecoder(weights, num_sequences=len(prompts))
 
     generated: list[list[int]] = [[] for _ in prompts]
@@ -109,7 +122,7 @@ def main() -> None:
                 row_err = float(np.abs(got[row] - ref_logits[row]).max() / ref_logits[row].std())
                 near_ties.append(f"{name}, sequence {seq}: gap {gap:.1e}, error {row_err:.1e}")
         tokens = [[int(i)] for i in out.next_ids]
-    if args.device == "gpu":
+    if args.device == "gpu" and args.devices == 1:
         print_step_times(runner, tokens)
     same_ids = generated == ref_generated
     for seq, (ids, ref_ids_seq) in enumerate(zip(generated, ref_generated, strict=True)):

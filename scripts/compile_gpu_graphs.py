@@ -338,7 +338,28 @@ ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent,
 
 SHARDED_NAME = ("Int4Linear rowwise + columnwise shards with allreduce, MoEBlock expert shards"
                 " with allreduce, PagedKVProjection head shards (one graph) on 2 devices")
+SHARDED_DECODER_NAME = "the example decoder sharded (ShardedMoEDecoder) on 2 devices"
 """The --sharded build's name."""
+
+
+def compile_sharded_decoder() -> None:
+    """The example decoder sharded over 2 GPUs (`ShardedMoEDecoder`: one layer, flash
+    attention, heads and KV heads split, experts expert-parallel, MAX's allreduce)."""
+    from max.driver import CPU, Accelerator
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef
+
+    from mojo_gemm.models.decoder import DecoderConfig
+    from mojo_gemm.models.sharded import ShardedMoEDecoder, build_sharded_graph
+
+    config = DecoderConfig(vocab_size=256, hidden_size=512, num_layers=1, num_heads=4,
+                           num_kv_heads=2, head_dim=128, num_experts=4, top_k=2,
+                           moe_intermediate_size=256, page_size=128, attention="flash")
+    gpus = [DeviceRef.GPU(0), DeviceRef.GPU(1)]
+    model = ShardedMoEDecoder(config, gpus)
+    registry = model.state_dict()  # zero weights; also gives every weight its unique FQN name
+    session = InferenceSession(devices=[CPU(), *(Accelerator(i) for i in range(len(gpus)))])
+    session.load(build_sharded_graph(model), weights_registry=registry)
 
 
 def compile_sharded_layers() -> None:
@@ -416,11 +437,15 @@ def main() -> None:
                         help="one graph with one instance of every op")
     parser.add_argument("--sharded", action="store_true",
                         help="only the 2-device graph of the sharded layers (2 virtual devices)")
+    parser.add_argument("--sharded-decoder", action="store_true",
+                        help="only the sharded example decoder's graph (2 virtual devices)")
     args = parser.parse_args()
     driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
-    driver.set_virtual_device_count(2 if args.sharded else 1)
+    driver.set_virtual_device_count(2 if args.sharded or args.sharded_decoder else 1)
     builds = ((SHARDED_NAME, compile_sharded_layers),) if args.sharded else (
+        (SHARDED_DECODER_NAME, compile_sharded_decoder),
+    ) if args.sharded_decoder else (
         (ONE_GRAPH_NAME, compile_every_op),
     ) if args.one_graph else (
         (SPECIALIZATIONS_NAME, compile_every_specialization),

@@ -23,6 +23,7 @@ the greedy next token int64 [B] of each sequence (argmax at its last new token).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,11 +118,13 @@ class DecoderConfig:
         """num_kv_heads · head_dim: columns of K and V."""
         return self.num_kv_heads * self.head_dim
 
-    def kv_params(self, device: DeviceRef) -> MHAKVCacheParams:
-        """MAX's cache parameters for this model: bf16 K/V, every layer, one device."""
+    def kv_params(self, device: DeviceRef | Sequence[DeviceRef]) -> MHAKVCacheParams:
+        """MAX's cache parameters for this model: bf16 K/V, every layer, on `device` (or split
+        by KV heads over a list of devices, MAX's multi-device cache)."""
+        devices = [device] if isinstance(device, DeviceRef) else list(device)
         return MHAKVCacheParams(dtype=DTYPE, n_kv_heads=self.num_kv_heads,
                                 head_dim=self.head_dim, num_layers=self.num_layers,
-                                page_size=self.page_size, devices=[device])
+                                page_size=self.page_size, devices=devices)
 
 
 @dataclass(frozen=True)
@@ -269,14 +272,15 @@ def _f32(x: TensorValue) -> TensorValue:
 class DecoderLayer(Module):
     """One pre-norm decoder layer (attention over the paged cache, then the MoE FFN)."""
 
-    def __init__(self, config: DecoderConfig, layer_idx: int, device: DeviceRef) -> None:
+    def __init__(self, config: DecoderConfig, layer_idx: int, device: DeviceRef,
+                 kv_devices: Sequence[DeviceRef] | None = None) -> None:
         super().__init__()
         self.config, self.layer_idx = config, layer_idx
         h, g = config.hidden_size, config.int4_group_size
         self.attn_norm = RMSNorm(h, config.rms_eps, device)
         self.q_proj = Int4Linear(h, config.q_size, group_size=g, dtype=DTYPE, device=device)
-        self.kv_proj = PagedKVProjection(config.kv_params(device), h, layer_idx, dtype=DTYPE,
-                                         device=device, block=FP8_BLOCK)
+        self.kv_proj = PagedKVProjection(config.kv_params(kv_devices or device), h, layer_idx,
+                                         dtype=DTYPE, device=device, block=FP8_BLOCK)
         self.o_proj = Int4Linear(config.q_size, h, group_size=g, dtype=DTYPE, device=device)
         self.ffn_norm = RMSNorm(h, config.rms_eps, device)
         self.moe = MoEBlock(h, config.moe_intermediate_size, config.num_experts, config.top_k,
@@ -334,15 +338,18 @@ class MoEDecoder(Module):
     `final_norm.weight` float32 [H] (bf16 values), `lm_head_weight` bf16 [V, H]; fill them with
     `load_state_dict(model.state(weights))`. Call it with the graph inputs of
     `graph_input_types` (tokens, input_row_offsets, PagedCacheValues) to get
-    (logits float32 [T, V], next token int64 [B]).
+    (logits float32 [T, V], next token int64 [B]). `kv_devices`: the devices the layers' K/V
+    projections split their heads over (default: `device` alone; `ShardedMoEDecoder` passes
+    all of its devices).
     """
 
-    def __init__(self, config: DecoderConfig, device: DeviceRef) -> None:
+    def __init__(self, config: DecoderConfig, device: DeviceRef,
+                 kv_devices: Sequence[DeviceRef] | None = None) -> None:
         super().__init__()
         self.config, self.device = config, device
         v, h = config.vocab_size, config.hidden_size
         self.embed_weight = Weight("embed_weight", DTYPE, [v, h], device)
-        self.layers = LayerList([DecoderLayer(config, i, device)
+        self.layers = LayerList([DecoderLayer(config, i, device, kv_devices)
                                  for i in range(config.num_layers)])
         self.final_norm = RMSNorm(h, config.rms_eps, device)
         self.lm_head_weight = Weight("lm_head_weight", DTYPE, [v, h], device)

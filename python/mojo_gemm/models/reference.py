@@ -172,9 +172,19 @@ class ReferenceDecoder:
         for i in range(n):
             visible = start + i + 1  # causal: positions 0..start+i
             scores = np.einsum("hgd,shd->hgs", q[i], keys[:visible]) / np.sqrt(d)
-            probs = round_to(softmax(scores), DTYPE)
-            out[i] = np.einsum("hgs,shd->hgd", probs, values[:visible])
+            out[i] = self._attend(scores, values[:visible])
         return round_to(out.reshape(n, c.q_size), DTYPE)
+
+    def _attend(self, scores: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """scores [h, g, s] · values [s, h, d] -> [h, g, d] with the rounding of the model's
+        attention: "graph" rounds the normalized probabilities to bf16 before P·V; MAX's flash
+        kernel rounds the unnormalized exp(s − max) to bf16 and divides P·V by the float32 sum
+        of the unrounded ones (exact for the check's short sequences, one key block)."""
+        if self.config.attention != "flash":
+            return np.einsum("hgs,shd->hgd", round_to(softmax(scores), DTYPE), values)
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        pv = np.einsum("hgs,shd->hgd", round_to(p, DTYPE), values)
+        return pv / p.sum(axis=-1)[..., None]
 
     def step(self, tokens: Sequence[Sequence[int]],
              sequences: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -32,12 +32,13 @@ import numpy as np
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef
-from max.nn import Module
+from max.nn import Module, Signals
 from max.nn.kv_cache import MHAKVCacheParams
 from max.nn.kv_cache.cache_params import page_stride_of
 
 from ..core.host import to_numpy
 from .decoder import DecoderWeights, MoEDecoder, build_graph
+from .sharded import ShardedMoEDecoder, build_sharded_graph
 
 CACHE_LENGTH_BUCKET = 256
 """Granularity of the cache-length buckets of captured flash-attention decode graphs (MAX's
@@ -64,13 +65,18 @@ class PagedKVCache:
     """
 
     def __init__(self, params: MHAKVCacheParams, total_pages: int, num_sequences: int,
-                 device: Device, seed: int = 0, flash_attention: bool = False) -> None:
+                 device: Device | Sequence[Device], seed: int = 0,
+                 flash_attention: bool = False) -> None:
         if total_pages < 1 or num_sequences < 1:
             raise ValueError(f"PagedKVCache: total_pages and num_sequences must be >= 1, got "
                              f"{total_pages} and {num_sequences}")
-        self.params, self.total_pages, self.device = params, total_pages, device
+        self.devices: list[Device] = [device] if isinstance(device, Device) else list(device)
+        self.params, self.total_pages, self.device = params, total_pages, self.devices[0]
         self.flash_attention = flash_attention
-        self.blocks: Buffer = params.allocate_buffers(total_pages)[0].values[0]
+        # one page arena per device (a multi-device `params` splits the KV heads); every
+        # device's arena uses the same page ids, so one lookup table serves them all
+        self.device_blocks: list[Buffer] = list(params.allocate_buffers(total_pages)[0].values)
+        self.blocks: Buffer = self.device_blocks[0]
         self._free = [int(p) for p in np.random.default_rng(seed).permutation(total_pages)]
         self.pages: list[list[int]] = [[] for _ in range(num_sequences)]
         self.lengths = np.zeros(num_sequences, np.int64)
@@ -126,13 +132,14 @@ class PagedKVCache:
             lut[len(sequences):, 0] = self.scratch_page
         return lut
 
-    def dispatch_metadata(self, batch: int, max_prompt: int, max_cache: int) -> list[Buffer]:
-        """MAX's attention dispatch metadata for a step (a list of one host buffer) when the
-        model uses MAX's flash attention, else []."""
+    def dispatch_metadata(self, batch: int, max_prompt: int, max_cache: int,
+                          device: int = 0) -> list[Buffer]:
+        """MAX's attention dispatch metadata for a step on device index `device` (a list of
+        one host buffer) when the model uses MAX's flash attention, else []."""
         if not self.flash_attention:
             return []
         key = self.params.resolve_attn_key(batch, max_prompt, max_cache)
-        return [key.pack_into_buffer(self.device, max_cache)]
+        return [key.pack_into_buffer(self.devices[device], max_cache)]
 
     def step_inputs(self, new_tokens: Sequence[int],
                     sequences: Sequence[int] | None = None) -> list[Buffer]:
@@ -140,7 +147,8 @@ class PagedKVCache:
         every sequence) and returns the cache inputs in `graph_input_types` order: kv_blocks,
         cache_lengths uint32 [B], lookup_table uint32 [B, P] (P = most pages any of them needs
         now), max_prompt_length, max_cache_length, page_stride (the last three on the CPU),
-        then MAX's attention dispatch metadata for a flash-attention model.
+        then MAX's attention dispatch metadata for a flash-attention model; on several devices
+        that group once per device, in device order (`sharded_graph_input_types`).
         Raises ValueError when the arena has too few pages left."""
         seqs = self._sequences(sequences, len(new_tokens))
         totals = self.lengths[seqs] + np.asarray(new_tokens, np.int64)
@@ -148,15 +156,19 @@ class PagedKVCache:
         cols = max(1, *(len(self.pages[s]) for s in seqs))
         lut = self.lookup_table(seqs, len(seqs), cols)
         max_prompt, max_cache = max(new_tokens), int(totals.max())
-        return [
-            self.blocks,
-            Buffer.from_numpy(self.lengths[seqs].astype(np.uint32)).to(self.device),
-            Buffer.from_numpy(lut).to(self.device),
-            Buffer.from_numpy(np.array([max_prompt], np.uint32)),
-            Buffer.from_numpy(np.array([max_cache], np.uint32)),
-            Buffer.from_numpy(np.array([page_stride_of(self.blocks)], np.int64)),
-            *self.dispatch_metadata(len(seqs), max_prompt, max_cache),
-        ]
+        lengths = self.lengths[seqs].astype(np.uint32)
+        inputs = []
+        for i, (dev, blocks) in enumerate(zip(self.devices, self.device_blocks, strict=True)):
+            inputs += [
+                blocks,
+                Buffer.from_numpy(lengths).to(dev),
+                Buffer.from_numpy(lut).to(dev),
+                Buffer.from_numpy(np.array([max_prompt], np.uint32)),
+                Buffer.from_numpy(np.array([max_cache], np.uint32)),
+                Buffer.from_numpy(np.array([page_stride_of(blocks)], np.int64)),
+                *self.dispatch_metadata(len(seqs), max_prompt, max_cache, i),
+            ]
+        return inputs
 
     def commit(self, new_tokens: Sequence[int], sequences: Sequence[int] | None = None) -> None:
         """Records that the step wrote `new_tokens[b]` tokens of sequence `sequences[b]`."""
@@ -164,8 +176,10 @@ class PagedKVCache:
         self.lengths[seqs] += np.asarray(new_tokens, np.int64)
 
     def contents(self, layer: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
-        """K and V of `seq`'s cached tokens in `layer`: float32 [length, n_kv_heads, head_dim]."""
-        blocks = to_numpy(self.blocks)  # [pages, 2, layers, page, heads, dim]
+        """K and V of `seq`'s cached tokens in `layer`: float32 [length, n_kv_heads, head_dim]
+        (on several devices, their heads concatenated in device order)."""
+        # [pages, 2, layers, page, heads of the device, dim] per device
+        blocks = np.concatenate([to_numpy(b) for b in self.device_blocks], axis=4)
         page = self.params.page_size
         pos = np.arange(self.lengths[seq])
         ids = np.asarray(self.pages[seq], np.int64)[pos // page]
@@ -225,36 +239,54 @@ class DecoderRunner:
     captured on first use per padded batch size (and, with MAX's flash attention, per
     cache-length bucket); `captured=False` runs every step eagerly. `max_cache_length` bounds
     every sequence's cache (it sizes the captured lookup tables; default: the whole arena).
+    `devices` > 1 (GPU, flash attention), or `sharded=True`: the model is `ShardedMoEDecoder`
+    over that many GPUs (MAX's multi-device graph and allreduce, a KV-head share of the cache on
+    each; one GPU runs the same sharded layers with nothing to reduce), every step eager.
     """
 
     def __init__(self, weights: DecoderWeights | None, device_kind: str, num_sequences: int,
                  total_pages: int = 64, *, max_cache_length: int | None = None,
-                 model: Module | None = None, captured: bool = True) -> None:
+                 model: Module | None = None, captured: bool = True, devices: int = 1,
+                 sharded: bool = False) -> None:
         if device_kind not in ("cpu", "gpu"):
             raise ValueError(f"DecoderRunner: device_kind must be 'cpu' or 'gpu', got "
                              f"{device_kind!r}")
         gpu = device_kind == "gpu"
-        dref = DeviceRef.GPU() if gpu else DeviceRef.CPU()
-        self.device: Device = Accelerator() if gpu else CPU()
+        sharded = sharded or devices > 1
+        if devices < 1 or (sharded and (not gpu or model is not None)):
+            raise ValueError(f"DecoderRunner: devices must be 1, or the sharded decoder on the "
+                             f"GPU (no prebuilt model), got devices={devices}, sharded={sharded}"
+                             f" ({device_kind})")
+        drefs = [DeviceRef.GPU(i) for i in range(devices)] if gpu else [DeviceRef.CPU()]
+        self.devices: list[Device] = ([Accelerator(i) for i in range(devices)] if gpu
+                                      else [CPU()])
+        self.device: Device = self.devices[0]
+        self._signals: list[Buffer] = []
         if model is None:
             if weights is None:
                 raise ValueError("DecoderRunner: pass weights or a prebuilt model")
-            model = MoEDecoder(weights.config, dref)
+            model = (ShardedMoEDecoder(weights.config, drefs) if sharded
+                     else MoEDecoder(weights.config, drefs[0]))
             model.load_state_dict(model.state(weights))
         self.config = config = model.config
         start = time.perf_counter()
-        graph = build_graph(model)
-        session = InferenceSession(devices=[CPU(), self.device] if gpu else [CPU()])
+        if sharded:
+            graph = build_sharded_graph(model)
+            self._signals = list(Signals(drefs).buffers())
+        else:
+            graph = build_graph(model)
+        session = InferenceSession(devices=[CPU(), *self.devices] if gpu else [CPU()])
         self.model: Model = session.load(graph, weights_registry=model.state_dict())
         self.compile_seconds = time.perf_counter() - start
-        self.cache = PagedKVCache(config.kv_params(dref), total_pages, num_sequences,
-                                  self.device, flash_attention=uses_flash_attention(config))
+        self.cache = PagedKVCache(config.kv_params(drefs if sharded else drefs[0]),
+                                  total_pages, num_sequences, self.devices,
+                                  flash_attention=uses_flash_attention(config))
         page = config.page_size
         bound = total_pages * page if max_cache_length is None else max_cache_length
         if bound < 1:
             raise ValueError(f"DecoderRunner: max_cache_length must be >= 1, got {bound}")
         self.max_cache_length = bound
-        self.captured = gpu and captured
+        self.captured = gpu and captured and not sharded
         self._graphs: dict[tuple[int, int], DecodeGraph] = {}
 
     # ------------------------------------------------------------------ captured decode
@@ -343,9 +375,10 @@ class DecoderRunner:
         start = time.perf_counter()
         flat = np.concatenate([np.asarray(t, np.int64) for t in tokens])
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint32)
-        inputs = [Buffer.from_numpy(flat).to(self.device),
-                  Buffer.from_numpy(offsets).to(self.device),
-                  *self.cache.step_inputs(counts, sequences)]
+        inputs = []
+        for dev in self.devices:
+            inputs += [Buffer.from_numpy(flat).to(dev), Buffer.from_numpy(offsets).to(dev)]
+        inputs += [*self.cache.step_inputs(counts, sequences), *self._signals]
         logits, next_ids = self.model.execute(*inputs)
         out = StepOutput(to_numpy(logits), to_numpy(next_ids).astype(np.int64),
                          time.perf_counter() - start)
