@@ -336,9 +336,9 @@ ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent,
                   " k/v_matmul_ragged_paged_scale, moe_route_topk_group, moe_combine_rows)")
 
 
-SHARDED_NAME = ("Int4Linear rowwise + columnwise shards with allreduce, MoEBlock expert shards"
-                " with allreduce, PagedKVProjection head shards (one graph) on 2 devices")
-SHARDED_DECODER_NAME = "the example decoder sharded (ShardedMoEDecoder) on 2 devices"
+SHARDED_NAME = ("the example decoder sharded (ShardedMoEDecoder: Int4Linear rowwise + columnwise"
+                " shards, PagedKVProjection head shards, MoEBlock expert shards, allreduce)"
+                " on 2 devices")
 """The --sharded build's name."""
 
 
@@ -362,73 +362,6 @@ def compile_sharded_decoder() -> None:
     session.load(build_sharded_graph(model), weights_registry=registry)
 
 
-def compile_sharded_layers() -> None:
-    """One graph over 2 GPUs with every sharded layer of the package: a tensor-parallel int4 MLP
-    (column-parallel up, row-parallel down, allreduce), an expert-parallel MoEBlock (each device
-    half the experts, the partial outputs allreduced) and a head-parallel PagedKVProjection
-    (each device its KV heads, written into its own paged cache)."""
-    from max.driver import CPU, Accelerator
-    from max.dtype import DType
-    from max.engine import InferenceSession
-    from max.graph import BufferType, DeviceRef, ShardingStrategy, TensorType
-    from max.nn import Allreduce, Module, Signals
-    from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
-
-    from mojo_gemm import Int4Linear, MoEBlock, PagedKVProjection
-
-    gpus = [DeviceRef.GPU(0), DeviceRef.GPU(1)]
-    cpu = DeviceRef.CPU()
-    n = len(gpus)
-    signals = Signals(gpus)
-    hidden, heads = 1024, 8
-
-    def cache_params(kv_heads: int, devices: list[DeviceRef]) -> MHAKVCacheParams:
-        return MHAKVCacheParams(dtype=DType.bfloat16, n_kv_heads=kv_heads, head_dim=128,
-                                num_layers=1, page_size=128, devices=devices)
-
-    class Sharded(Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.up = Int4Linear(hidden, 2048)
-            self.down = Int4Linear(2048, hidden, has_bias=True)
-            self.up.sharding_strategy = ShardingStrategy.rowwise(n)
-            self.down.sharding_strategy = ShardingStrategy.columnwise(n)
-            self.moe = MoEBlock(hidden, 512, 8, 2, device=gpus[0])
-            self.moe.sharding_strategy = ShardingStrategy.expert_parallel(n)
-            self.kv = PagedKVProjection(cache_params(heads, gpus), hidden, 0, device=gpus[0])
-            self.kv.sharding_strategy = ShardingStrategy.rowwise(n)
-            self.allreduce = Allreduce(n)
-
-        def __call__(self, *args):  # type: ignore[no-untyped-def]
-            xs, offsets, lens, luts, blocks = (args[i * n:(i + 1) * n] for i in range(5))
-            stride, max_prompt, max_cache = args[5 * n:5 * n + 3]
-            bufs = [b.buffer for b in args[5 * n + 3:]]
-            mlp = [d(u(x.tensor)) for u, d, x in zip(self.up.shard(gpus), self.down.shard(gpus),
-                                                      xs, strict=True)]
-            h = self.allreduce(mlp, bufs)
-            experts = [e(t) for e, t in zip(self.moe.shard(gpus), h, strict=True)]
-            y = self.allreduce(experts, bufs)
-            for shard, t, off, ln, lut, blk in zip(self.kv.shard(gpus), y, offsets, lens, luts,
-                                                   blocks, strict=True):
-                shard(t, off.tensor, PagedCacheValues(
-                    kv_blocks=blk.buffer, cache_lengths=ln.tensor, lookup_table=lut.tensor,
-                    max_prompt_length=max_prompt.tensor, max_cache_length=max_cache.tensor,
-                    page_stride=stride.tensor))
-            return tuple(y)
-
-    model = Sharded()
-    per_shard = cache_params(heads // n, [gpus[0]]).shape_per_block
-    types = ([TensorType(DType.bfloat16, ["m", hidden], g) for g in gpus]
-             + [TensorType(DType.uint32, ["b1"], g) for g in gpus]
-             + [TensorType(DType.uint32, ["b"], g) for g in gpus]
-             + [TensorType(DType.uint32, ["b", "cols"], g) for g in gpus]
-             + [BufferType(DType.bfloat16, ["pages", *per_shard], g) for g in gpus]
-             + [TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, [1], cpu),
-                TensorType(DType.uint32, [1], cpu)])
-    session = InferenceSession(devices=[CPU(), Accelerator(0), Accelerator(1)])
-    model.compile(*types, *signals.input_types(), session=session, weights=model.state_dict())
-
-
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -436,16 +369,12 @@ def main() -> None:
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
     parser.add_argument("--sharded", action="store_true",
-                        help="only the 2-device graph of the sharded layers (2 virtual devices)")
-    parser.add_argument("--sharded-decoder", action="store_true",
                         help="only the sharded example decoder's graph (2 virtual devices)")
     args = parser.parse_args()
     driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
-    driver.set_virtual_device_count(2 if args.sharded or args.sharded_decoder else 1)
-    builds = ((SHARDED_NAME, compile_sharded_layers),) if args.sharded else (
-        (SHARDED_DECODER_NAME, compile_sharded_decoder),
-    ) if args.sharded_decoder else (
+    driver.set_virtual_device_count(2 if args.sharded else 1)
+    builds = ((SHARDED_NAME, compile_sharded_decoder),) if args.sharded else (
         (ONE_GRAPH_NAME, compile_every_op),
     ) if args.one_graph else (
         (SPECIALIZATIONS_NAME, compile_every_specialization),
