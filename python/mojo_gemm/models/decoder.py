@@ -269,6 +269,29 @@ def _f32(x: TensorValue) -> TensorValue:
     return ops.cast(x, DType.float32)
 
 
+def flash_attention(kv_params: MHAKVCacheParams, q: TensorValue, offsets: TensorValue,
+                    kv: PagedCacheValues, layer_idx: int, head_dim: int) -> TensorValue:
+    """q bf16 [T, n · head_dim] (n query heads) -> bf16 [T, n · head_dim]: MAX's paged flash
+    attention, causal, over layer `layer_idx` of `kv` (whose heads `kv_params` describes)."""
+    t, width = q.shape[0], int(q.shape[1])
+    out = flash_attention_ragged(
+        kv_params, ops.reshape(q, [t, width // head_dim, head_dim]), offsets, kv,
+        ops.constant(layer_idx, DType.uint32, device=DeviceRef.CPU()),
+        MHAMaskVariant.CAUSAL_MASK, scale=1.0 / float(np.sqrt(head_dim)))
+    return ops.reshape(out, [t, width])
+
+
+def logits_and_next(normed: TensorValue, lm_head: TensorValue,
+                    offsets: TensorValue) -> tuple[TensorValue, TensorValue]:
+    """normed float32 [T, H] (the final norm's bf16 values), lm_head bf16 [V, H],
+    input_row_offsets uint32 [B + 1] -> (logits float32 [T, V], the greedy next token int64 [B]
+    of each sequence: argmax at its last new token)."""
+    logits = ops.matmul(normed, _f32(lm_head).T)
+    last = ops.max(ops.cast(offsets, DType.int64)[1:] - 1, 0)
+    next_ids = ops.argmax(ops.gather(logits, last, axis=0), axis=-1)
+    return logits, ops.reshape(next_ids, [next_ids.shape[0]])
+
+
 class DecoderLayer(Module):
     """One pre-norm decoder layer (attention over the paged cache, then the MoE FFN)."""
 
@@ -299,12 +322,8 @@ class DecoderLayer(Module):
         hk, grp, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
         self.kv_proj(x, offsets, kv)
         if layout is None:
-            q = ops.reshape(self.q_proj(x), [t, c.num_heads, d])
-            out = flash_attention_ragged(
-                c.kv_params(x.device), q, offsets, kv,
-                ops.constant(self.layer_idx, DType.uint32, device=DeviceRef.CPU()),
-                MHAMaskVariant.CAUSAL_MASK, scale=1.0 / float(np.sqrt(d)))
-            return ops.reshape(out, [t, c.q_size])
+            return flash_attention(c.kv_params(x.device), self.q_proj(x), offsets, kv,
+                                   self.layer_idx, d)
         q = ops.reshape(_f32(self.q_proj(x)), [t, hk, grp, d])
         blocks = ops.buffer_load(kv.kv_blocks)  # after the in-place K/V writes (buffer chain)
         p = layout.pages.shape[1]
@@ -364,11 +383,8 @@ class MoEDecoder(Module):
         h = _f32(ops.gather(TensorValue(self.embed_weight), tokens, axis=0))
         for layer in self.layers:
             h = layer(h, offsets, kv, layout)
-        normed = _f32(_bf16(self.final_norm(h)))
-        logits = ops.matmul(normed, _f32(TensorValue(self.lm_head_weight)).T)
-        last = ops.max(ops.cast(offsets, DType.int64)[1:] - 1, 0)  # last new token per sequence
-        next_ids = ops.argmax(ops.gather(logits, last, axis=0), axis=-1)
-        return logits, ops.reshape(next_ids, [next_ids.shape[0]])
+        return logits_and_next(_f32(_bf16(self.final_norm(h))),
+                               TensorValue(self.lm_head_weight), offsets)
 
     def state(self, weights: DecoderWeights) -> dict[str, Buffer]:
         """The state dict (graph weight names -> host buffers) of `weights`."""

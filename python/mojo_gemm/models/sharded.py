@@ -17,23 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, Graph, ShardingStrategy, TensorValue, ops
 from max.nn import Allreduce, Signals
-from max.nn.attention import MHAMaskVariant
-from max.nn.kernels import flash_attention_ragged
 from max.nn.kv_cache import PagedCacheValues
 
-from .decoder import DecoderConfig, MoEDecoder, graph_input_types
-
-
-def _bf16(x: TensorValue) -> TensorValue:
-    return ops.cast(x, DType.bfloat16)
-
-
-def _f32(x: TensorValue) -> TensorValue:
-    return ops.cast(x, DType.float32)
+from .decoder import (
+    DecoderConfig,
+    MoEDecoder,
+    _bf16,
+    _f32,
+    flash_attention,
+    graph_input_types,
+    logits_and_next,
+)
 
 
 class ShardedMoEDecoder(MoEDecoder):
@@ -86,8 +82,6 @@ class ShardedMoEDecoder(MoEDecoder):
         """Per-device tokens, offsets, caches and signal buffers -> (logits, next tokens) on
         devices[0]; writes this step's K/V into every device's cache."""
         c, devs, sig = self.config, self.devices, list(signals)
-        n, d = len(devs), c.head_dim
-        t = tokens[0].shape[0]
         embeds = self.embed_weight.shard(devs)
         h = [_f32(ops.gather(TensorValue(e), tok, axis=0))
              for e, tok in zip(embeds, tokens, strict=True)]
@@ -100,23 +94,16 @@ class ShardedMoEDecoder(MoEDecoder):
                                                layer.o_proj.shard(devs), strict=True)):
                 x = _bf16(ops.rms_norm(h[i], TensorValue(attn_w[i]), c.rms_eps))
                 kv(x, offsets[i], kvs[i])
-                heads = ops.reshape(q(x), [t, c.num_heads // n, d])
-                out = flash_attention_ragged(
-                    kv.kv_params, heads, offsets[i], kvs[i],
-                    ops.constant(layer.layer_idx, DType.uint32, device=DeviceRef.CPU()),
-                    MHAMaskVariant.CAUSAL_MASK, scale=1.0 / float(np.sqrt(d)))
-                parts.append(o(ops.reshape(out, [t, c.q_size // n])))
+                parts.append(o(flash_attention(kv.kv_params, q(x), offsets[i], kvs[i],
+                                               layer.layer_idx, c.head_dim)))
             h = [hi + a for hi, a in zip(h, self._sum(parts, sig), strict=True)]
             experts = [moe(_bf16(ops.rms_norm(hi, TensorValue(w), c.rms_eps)))
                        for moe, hi, w in zip(layer.moe.shard(devs), h, ffn_w, strict=True)]
             h = [hi + y for hi, y in zip(h, self._sum(experts, sig), strict=True)]
         norm_w = self.final_norm.weight.shard(devs)[0]
         normed = _f32(_bf16(ops.rms_norm(h[0], TensorValue(norm_w), c.rms_eps)))
-        head = self.lm_head_weight.shard(devs)[0]
-        logits = ops.matmul(normed, _f32(TensorValue(head)).T)
-        last = ops.max(ops.cast(offsets[0], DType.int64)[1:] - 1, 0)
-        next_ids = ops.argmax(ops.gather(logits, last, axis=0), axis=-1)
-        return logits, ops.reshape(next_ids, [next_ids.shape[0]])
+        return logits_and_next(normed, TensorValue(self.lm_head_weight.shard(devs)[0]),
+                               offsets[0])
 
 
 def sharded_graph_input_types(config: DecoderConfig, devices: Sequence[DeviceRef]) -> list:
