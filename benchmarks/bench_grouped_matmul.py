@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -144,13 +145,17 @@ class Case:
                 "w_bytes": w_bytes, "io_bytes": w_bytes + 2 * rows * (self.K + self.N)}
 
     def config(self, gpu: bool = True) -> str:
-        """The launcher's kernel choice (dispatch.mojo: use_decode_tiles, from shapes only)."""
+        """The launcher's kernel choice (dispatch.mojo: sm90_token_regime, from shapes only:
+        the narrowest token tile that a typical group, mean + 2 sqrt(mean) rows, fits)."""
         if not gpu:
             return "cpu"
         if self.K * 2 % 16:
             return "naive (K*2 % 16 != 0)"
-        rows = self.T * self.topk
-        return "sm90 BN=32 (decode)" if rows <= 64 * self.E else "sm90 BN=256 (prefill)"
+        mean = self.T * self.topk / self.E
+        typical = mean + 2 * math.sqrt(mean)
+        if typical <= 32:
+            return "sm90 BN=32 (decode)"
+        return "sm90 BN=128 (mid)" if typical <= 128 else "sm90 BN=256 (prefill)"
 
 
 def selection(tiny: bool) -> list[Case]:

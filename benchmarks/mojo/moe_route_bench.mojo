@@ -11,7 +11,7 @@
 from max.gpu.host import DeviceContext
 from std.time import perf_counter_ns
 
-from mojo_kernels.moe_route.kernels.topk_group import launch_group, launch_router, route_gpu
+from mojo_kernels.moe_route.kernels.topk_group import launch_group, launch_router, launch_router_mma, route_gpu
 from mojo_kernels.moe_combine.kernels.gather_sum import combine_rows_gpu
 from int4_gemm_ref import spin_kernel
 
@@ -47,7 +47,8 @@ def timed[what: Int, CS: Int, BT: Int](
     tok: P[DType.int64], rs: P[DType.float32], inv: P[DType.int64], off: P[DType.uint32],
     st: P[DType.uint32], T: Int, H: Int, E: Int, K: Int,
 ) raises -> Float64:
-    """Median device µs per call. what: 0 = the op (route_gpu), 1 = router <CS, BT>, 2 = grouping."""
+    """Median device µs per call. what: 0 = the op (route_gpu), 1 = router <CS, BT>, 2 = grouping,
+    3 = the tensor-core router."""
 
     @always_inline
     def once() raises {var ctx, var x, var w, var ids, var wts, var tok, var rs, var inv, var off, var st,
@@ -56,8 +57,10 @@ def timed[what: Int, CS: Int, BT: Int](
             route_gpu[BF16](x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K, H, ctx)
         elif what == 1:
             launch_router[BF16, CS, BT](x, w, ids, wts, T, H, E, K, H, ctx)
-        else:
+        elif what == 2:
             launch_group(ids, wts, tok, rs, inv, off, st, T * K, E, K, ctx)
+        else:
+            launch_router_mma[BF16](x, w, ids, wts, T, H, E, K, H, ctx)
 
     for _ in range(3):
         once()
@@ -80,7 +83,7 @@ def timed[what: Int, CS: Int, BT: Int](
 
 def main() raises:
     var ctx = DeviceContext()
-    print("model T | op | group | router CS x BT: 8x8 4x8 2x16 4x16 8x16 | combine")
+    print("model T | op | group | router CS x BT: 8x8 4x8 2x16 4x16 8x16 | mma | combine")
     for m in range(2):
         var H = 2048 if m == 0 else 7168
         var E = 64 if m == 0 else 256
@@ -118,10 +121,11 @@ def main() raises:
             var r216 = timed[1, 2, 16](ctx, x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K)
             var r416 = timed[1, 4, 16](ctx, x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K)
             var r816 = timed[1, 8, 16](ctx, x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K)
+            var rmma = timed[3, 1, 1](ctx, x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K)
             var by = ctx.enqueue_create_buffer[BF16](T * K * H)
             var bc = ctx.enqueue_create_buffer[BF16](T * H)
             by.enqueue_fill(BFloat16(0.25))
             var comb = timed_combine(ctx, bc.unsafe_ptr().as_unsafe_any_origin(), by.unsafe_ptr().as_unsafe_any_origin(), inv, T, H, K)
             _ = by^; _ = bc^
             _ = bx^; _ = bw^; _ = bi^; _ = bwt^; _ = bt^; _ = br^; _ = bv^; _ = bo^; _ = bs^
-            print("olmoe" if m == 0 else "dsv3", T, "|", op, "|", grp, "|", r88, r48, r216, r416, r816, "| combine", comb)
+            print("olmoe" if m == 0 else "dsv3", T, "|", op, "|", grp, "|", r88, r48, r216, r416, r816, "| mma", rmma, "| combine", comb)

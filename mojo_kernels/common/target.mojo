@@ -108,6 +108,11 @@ def has_clusters(path: Int) -> Bool:
     return path == PATH_HOPPER or path == PATH_BLACKWELL
 
 
+def has_mma_sync(path: Int) -> Bool:
+    """Whether the kernels of `path` may use mma.sync (every NVIDIA path: sm_80 on)."""
+    return path == PATH_HOPPER or path == PATH_BLACKWELL or path == PATH_AMPERE
+
+
 def has_fp8_mma(arch: StaticString) -> Bool:
     """Whether the compile can emit mma.sync with e4m3 operands: sm_90a and sm_100a. The
     hardware has it from sm_89 on, but it needs PTX ISA 8.4 and MAX 26.7 emits an older PTX

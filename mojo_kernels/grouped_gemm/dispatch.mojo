@@ -2,6 +2,7 @@
 (the rules in entry.mojo's docstring), and the launches that apply them. Kernels in kernels/,
 the measured token tiles in tuning_sm90.mojo."""
 
+from std.math import sqrt
 from std.sys import size_of
 from max.gpu.host import DeviceContext
 
@@ -11,13 +12,34 @@ from .kernels.naive import grouped_matmul_gpu_naive
 from .kernels.sm90 import grouped_matmul_sm90
 from .kernels.sm100 import grouped_matmul_sm100
 from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, U32Ptr
-from .tuning_sm90 import DECODE_BN, PREFILL_BN
+from .tuning_sm90 import DECODE_BN, DECODE_WIDTHS, GROUP_SPREAD, MID_BN, PREFILL_BN, TILE_WIDTHS
 
 
 def use_decode_tiles(shape: GroupedShape) -> Bool:
-    """Host-side choice of the token tile from shapes only (no device read): the average group
-    size T / G decides; the kernels stay correct for any mix of group sizes."""
+    """sm_100a's host-side choice of the token tile from shapes only (no device read): the
+    average group size T / G decides; the kernels stay correct for any mix of group sizes."""
     return shape.T <= 64 * max(shape.G, 1)
+
+
+def typical_group_fits(shape: GroupedShape, bn: Int) -> Bool:
+    """Whether a typical group (mean rows T / G plus GROUP_SPREAD standard deviations, sqrt of
+    the mean under uniform routing) fits one token tile of `bn` rows, so its weights are read
+    once."""
+    var mean = Float64(shape.T) / Float64(max(shape.G, 1))
+    return mean + GROUP_SPREAD * sqrt(mean) <= Float64(bn)
+
+
+def sm90_token_regime(shape: GroupedShape) -> Int:
+    """SM90's token tile from shapes only (no device read): the narrowest tile a typical group
+    fits (0 = DECODE_BN, 1 = MID_BN), else 2 = PREFILL_BN (tuning_sm90.mojo). A group that
+    spills over one tile re-reads its weights for the next (at 128 mean rows the BN = 256 tile
+    beat BN = 128 by 6-12 % on the H200; at 96 BN = 128 won by 11 %); the kernels stay correct
+    for any mix of group sizes."""
+    if typical_group_fits(shape, DECODE_BN):
+        return 0
+    if typical_group_fits(shape, MID_BN):
+        return 1
+    return 2
 
 
 def _launch_sm100[
@@ -72,11 +94,15 @@ def grouped_matmul_gpu[
             grouped_matmul_gpu_mma[dtype, s0, s1, swiglu, has_row_scale](
                 c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
         elif path == PATH_HOPPER:
-            if use_decode_tiles(shape):
-                grouped_matmul_sm90[dtype, DECODE_BN, s0, s1, swiglu, has_row_scale](
+            var regime = sm90_token_regime(shape)
+            if regime == 0:
+                grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, s0, s1, swiglu, has_row_scale](
+                    c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
+            elif regime == 1:
+                grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             else:
-                grouped_matmul_sm90[dtype, PREFILL_BN, s0, s1, swiglu, has_row_scale](
+                grouped_matmul_sm90[dtype, PREFILL_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
         else:
             # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the

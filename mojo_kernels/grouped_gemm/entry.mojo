@@ -7,8 +7,11 @@ Dispatch (compile time, from the target; nothing is read back from the device):
                                     when N % 256 == 0 and the plane splits are multiples of 256,
                                     else cta_group 1)
 - target "gpu", arch sm_90a      -> kernels/sm90.mojo (TMA + wgmma persistent, warp-specialized kernel)
-- token tile: BN = 32 (decode) when T <= 64 G, else 256 (prefill): a host choice from shapes
-                                    (dispatch.use_decode_tiles, tiles in tuning_sm90.mojo)
+- token tile: sm_90a the narrowest of BN = 32 (decode) and 128 (mid) that a typical group
+                                    (T / G + 2 sqrt(T / G) rows) fits, else 256 (prefill);
+                                    sm_100a 32 when T <= 64 G, else 256: host choices from shapes
+                                    (dispatch.sm90_token_regime / use_decode_tiles, tiles in
+                                    tuning_sm90.mojo)
 - the Ampere path (sm_80 / 86 / 87 / 89 / 120, or forced, common/target.mojo) -> kernels/mma.mojo
                                     (mma.sync from global memory, no TMA / wgmma / clusters)
 - any of these, K * sizeof(dtype) % 16 != 0 (TMA / 16-byte loads cannot read a or b rows)

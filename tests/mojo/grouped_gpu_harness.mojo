@@ -19,6 +19,9 @@ from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE
 from mojo_kernels.grouped_gemm.kernels.naive import grouped_matmul_gpu_naive
 from mojo_kernels.grouped_gemm.entry import launch_grouped_matmul
 from mojo_kernels.grouped_gemm.scheduler import GroupedShape
+from mojo_kernels.grouped_gemm.dispatch import sm90_token_regime
+from mojo_kernels.grouped_gemm.kernels.sm90 import grouped_matmul_sm90
+from mojo_kernels.grouped_gemm.tuning_sm90 import DECODE_BN, DECODE_WIDTHS, MID_BN, PREFILL_BN, TILE_WIDTHS
 
 comptime POISON = -777.0
 
@@ -114,6 +117,12 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # plane splits over a [3 T, K] stack
     run_case[dtype, 128, 256, False, False](ctx, "planes", 90, 128, 384, 3,
         [0, 30, 31, 90], [0, 2, 1], 3)
+    # every wgmma width of the mid (BN = 128) and prefill (BN = 256) token tiles: group sizes
+    # just past each width (1, 33, 97, 129, 193, 257 rows) and exactly on it
+    run_case[dtype, 0, 0, False, False](ctx, "widths_mid", 652, 136, 264, 8,
+        [0, 1, 34, 98, 195, 323, 452, 652], [2, 7, 0, 5, 1, 3, 6], 7)
+    run_case[dtype, 0, 0, True, True](ctx, "widths_prefill_swiglu_scale", 1950, 200, 272, 9,
+        [0, 1, 66, 194, 387, 643, 900, 1350, 1950], [8, 2, 0, 5, 1, 3, 6, 4], 8)
     # SwiGLU + router weights
     run_case[dtype, 0, 0, True, True](ctx, "swiglu_scale", 200, 192, 256, 5,
         [0, 64, 64, 190, 200], [4, 1, 0, 3], 4)
@@ -187,6 +196,71 @@ def bench(ctx: DeviceContext, name: StaticString, tokens_per_group: Int, G: Int,
           "time =", dt * 1e6, "us  TFLOP/s =", flops / dt / 1e12, " weight GB/s =", wbytes / dt / 1e9)
 
 
+def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N: Int, K: Int) raises:
+    """Times the SM90 kernel's token tiles on G groups of about avg_rows rows (+- 2 sqrt(avg_rows),
+    like uniform top-k routing), bf16: BN = 32, 128 and 256 with their widths and BN = 256 with
+    one width (v0..v3), and which one the dispatch picks (0..2)."""
+    comptime dtype = DType.bfloat16
+    var offsets = List[Int]()
+    offsets.append(0)
+    var seed: UInt32 = 77
+    var spread = Int(2.0 * Float64(avg_rows) ** 0.5)
+    for _ in range(G):
+        var r = max(avg_rows + Int(lcg(seed) * Float32(spread)), 0)
+        offsets.append(offsets[len(offsets) - 1] + r)
+    var T = offsets[G]
+    var copies = max(1, ceildiv(200_000_000, G * N * K * 2))
+    var a = ctx.enqueue_create_buffer[dtype](T * K)
+    var b = ctx.enqueue_create_buffer[dtype](copies * G * N * K)
+    var c = ctx.enqueue_create_buffer[dtype](T * N)
+    var offs = ctx.enqueue_create_buffer[DType.uint32](G + 1)
+    var eids = ctx.enqueue_create_buffer[DType.int32](G)
+    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
+    ctx.enqueue_function[_fill_kernel[dtype]](a.unsafe_ptr().as_unsafe_any_origin(), Int64(T * K),
+        UInt32(1), grid_dim=ceildiv(T * K, 256), block_dim=256)
+    ctx.enqueue_function[_fill_kernel[dtype]](b.unsafe_ptr().as_unsafe_any_origin(), Int64(copies * G * N * K),
+        UInt32(2), grid_dim=ceildiv(copies * G * N * K, 256), block_dim=256)
+    with offs.map_to_host() as h:
+        for g in range(G + 1):
+            h[g] = UInt32(offsets[g])
+    with eids.map_to_host() as h:
+        for g in range(G):
+            h[g] = Int32(g)
+    with stats.map_to_host() as h:
+        h[0] = UInt32(T)
+        h[1] = UInt32(G)
+    var shape = GroupedShape(T=T, K=K, N=N, Nc=N, E=G, G=G, a_rows=T)
+    var cp = c.unsafe_ptr().as_unsafe_any_origin()
+    var ap = a.unsafe_ptr().as_unsafe_any_origin()
+    var op = offs.unsafe_ptr().as_unsafe_any_origin()
+    var ip = eids.unsafe_ptr().as_unsafe_any_origin()
+    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
+    var rp = sp.unsafe_bitcast[Float32]()
+    var flops = 2.0 * Float64(T) * Float64(N) * Float64(K)
+    var line = String("tiles ", name, " G=", G, " avg=", avg_rows, " T=", T, " N=", N, " K=", K,
+                      " picks=", sm90_token_regime(shape))
+    comptime for v in range(4):
+        var iters = 20
+        var t0 = 0
+        for i in range(iters + 3):
+            if i == 3:
+                ctx.synchronize()
+                t0 = perf_counter_ns()
+            var bp = b.unsafe_ptr().as_unsafe_any_origin().unsafe_offset((i % copies) * G * N * K)
+            comptime if v == 0:
+                grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+            elif v == 1:
+                grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+            elif v == 2:
+                grouped_matmul_sm90[dtype, PREFILL_BN, TILE_WIDTHS, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+            else:
+                grouped_matmul_sm90[dtype, PREFILL_BN, 1, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+        ctx.synchronize()
+        var us = Float64(perf_counter_ns() - t0) / 1e3 / Float64(iters)
+        line += String(" v", v, "=", us, "us/", flops / us / 1e6, "TF")
+    print(line)
+
+
 def main() raises:
     var ctx = DeviceContext()
     cases[DType.bfloat16](ctx)
@@ -197,3 +271,17 @@ def main() raises:
         bench(ctx, "decode", 4, 8, 4096, 7168, 50)
         bench(ctx, "decode1", 1, 64, 2048, 7168, 50)
         bench(ctx, "prefill", 1024, 8, 4096, 7168, 10)
+    if len(args) > 1 and args[1] == "tiles":
+        # OLMoE (64 experts, gate_up N = 2048 K = 2048; down N = 2048 K = 1024) over group sizes
+        for r in [16, 32, 48, 64, 96, 128, 160, 192, 256, 512]:
+            bench_tiles(ctx, "olmoe_up", r, 64, 2048, 2048)
+        bench_tiles(ctx, "olmoe_down", 64, 64, 2048, 1024)
+        bench_tiles(ctx, "olmoe_down", 512, 64, 2048, 1024)
+        # Qwen3-30B-A3B (128 experts, gate_up N = 1536 K = 2048; down N = 2048 K = 768)
+        bench_tiles(ctx, "qwen3_up", 32, 128, 1536, 2048)
+        bench_tiles(ctx, "qwen3_up", 256, 128, 1536, 2048)
+        bench_tiles(ctx, "qwen3_down", 256, 128, 2048, 768)
+        # Mixtral (8 experts, gate_up N = 28672 K = 4096; down N = 4096 K = 14336)
+        bench_tiles(ctx, "mixtral_up", 128, 8, 28672, 4096)
+        bench_tiles(ctx, "mixtral_up", 1024, 8, 28672, 4096)
+        bench_tiles(ctx, "mixtral_down", 1024, 8, 4096, 14336)

@@ -178,6 +178,12 @@ def main() raises:
     ok = run_case[DType.bfloat16](ctx, 64, 2048, 64, 8, 500) and ok
     ok = run_case[DType.bfloat16](ctx, 512, 2048, 64, 8, 200) and ok
     ok = run_case[DType.bfloat16](ctx, 4096, 2048, 64, 8, 50) and ok
+    # several grouping CTAs (windows of group_window(R)): ragged last window, E = 1024, and
+    # R past GROUP_MAX_CTAS windows of GROUP_WINDOW (wider windows)
+    ok = run_case[DType.bfloat16](ctx, 1000, 64, 64, 6, 0) and ok
+    ok = run_case[DType.float16](ctx, 700, 64, 1024, 3, 0) and ok
+    ok = run_case[DType.bfloat16](ctx, 2048, 256, 256, 8, 20) and ok
+    ok = run_case[DType.bfloat16](ctx, 20000, 64, 128, 8, 0) and ok
     print("ALL PASS" if ok else "SOME FAILED")
     if not ok:
         exit(1)

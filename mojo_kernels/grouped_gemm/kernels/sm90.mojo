@@ -76,12 +76,69 @@ def sm90_smem_bytes[dtype: DType, BN: Int]() -> Int:
     return stages * sm90_stage_bytes[dtype, BN]() + 2 * stages * 8
 
 
+@always_inline
+def width_index[BN: Int, WIDTHS: Int](rows: Int) -> Int:
+    """Index v of the narrowest wgmma width (v + 1) * BN / WIDTHS that covers `rows` (1..BN)
+    tokens."""
+    return max(ceildiv(rows * WIDTHS, BN), 1) - 1
+
+
+comptime SmemPtr[T: AnyType] = Pointer[T, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+
+
+@always_inline
+def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int](
+    w_smem: SmemPtr[Scalar[dtype]],
+    x_smem: SmemPtr[Scalar[dtype]],
+    full: SmemPtr[SharedMemBarrier],
+    empty: SmemPtr[SharedMemBarrier],
+    accum_ptr: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.LOCAL],
+    mut it: Int,
+    num_k: Int,
+    sub: Int,
+    ctid: Int,
+):
+    """One consumer warpgroup's mainloop over a tile's `num_k` stages with wgmma m64 x NV x 16 on
+    the first NV token rows of each stage (their fragments are the first 64 NV / 128 registers of
+    the m64 x BN accumulator). One wgmma group stays in flight: stage kt - 1 is released once
+    group kt is issued and group kt - 1 has completed (wait_group 1)."""
+    comptime W_ELEMS = BM * BK
+    comptime X_ELEMS = BN * BK
+    comptime w_sub_layout = tile_layout_k_major_typed[dtype, WG_M, BK, SW]
+    comptime x_layout = tile_layout_k_major_typed[dtype, NV, BK, SW]
+    var accum = TileTensor(accum_ptr, row_major[1, WG_M * NV // 128]())
+    var mma = TensorCoreAsync[
+        F32, dtype, dtype, Index(WG_M, NV, 16), a_swizzle=SW, b_swizzle=SW, transpose_b=True
+    ]()
+    var prev = -1
+    for _ in range(num_k):
+        var s = it % STAGES
+        full[unsafe_offset=s].wait(UInt32((it // STAGES) & 1))
+        var w_t = TileTensor(w_smem.unsafe_offset(s * W_ELEMS + sub * WG_M * BK), w_sub_layout)
+        var x_t = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
+        warpgroup_fence(accum)
+        mma.arrive()
+        mma.wgmma(w_t, x_t, accum)
+        mma.commit_group()
+        warpgroup_fence(accum)
+        mma.wait_group[1]()
+        if prev >= 0 and ctid == 0:
+            _ = empty[unsafe_offset=prev].arrive()
+        prev = s
+        it += 1
+    mma.wait_group[0]()
+    warpgroup_fence(accum)
+    if ctid == 0 and prev >= 0:
+        _ = empty[unsafe_offset=prev].arrive()
+
+
 @__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
 @__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(NUM_THREADS)))
 def grouped_sm90_kernel[
     dtype: DType,
     BN: Int,
+    WIDTHS: Int,
     STAGES: Int,
     s0: Int,
     s1: Int,
@@ -107,7 +164,6 @@ def grouped_sm90_kernel[
     G32: Int32,
 ):
     comptime w_layout = tile_layout_k_major_typed[dtype, BM, BK, SW]
-    comptime w_sub_layout = tile_layout_k_major_typed[dtype, WG_M, BK, SW]
     comptime x_layout = tile_layout_k_major_typed[dtype, BN, BK, SW]
     comptime W_ELEMS = BM * BK
     comptime X_ELEMS = BN * BK
@@ -175,12 +231,8 @@ def grouped_sm90_kernel[
     var warp = ctid // 32
     var lane = ctid % 32
     var Nc = Int(Nc32)
-    var accum = TileTensor(
-        stack_allocation[C_FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, C_FRAG]()
-    )
-    var mma = TensorCoreAsync[
-        F32, dtype, dtype, Index(WG_M, BN, 16), a_swizzle=SW, b_swizzle=SW, transpose_b=True
-    ]()
+    var accum_ptr = stack_allocation[C_FRAG, Float32, address_space=AddressSpace.LOCAL]()
+    var accum = TileTensor(accum_ptr, row_major[1, C_FRAG]())
     var it = 0
     while True:
         var work = sched.next()
@@ -189,28 +241,14 @@ def grouped_sm90_kernel[
         comptime for j in range(C_FRAG):
             accum[0, j] = 0
         if valid_expert(work.expert, E):
-            # One wgmma group stays in flight: stage kt - 1 is released once group kt is issued
-            # and group kt - 1 has completed (wait_group 1).
-            var prev = -1
-            for _ in range(num_k):
-                var s = it % STAGES
-                full[unsafe_offset=s].wait(UInt32((it // STAGES) & 1))
-                var w_t = TileTensor(w_smem.unsafe_offset(s * W_ELEMS + sub * WG_M * BK), w_sub_layout)
-                var x_t = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
-                warpgroup_fence(accum)
-                mma.arrive()
-                mma.wgmma(w_t, x_t, accum)
-                mma.commit_group()
-                warpgroup_fence(accum)
-                mma.wait_group[1]()
-                if prev >= 0 and ctid == 0:
-                    _ = empty[unsafe_offset=prev].arrive()
-                prev = s
-                it += 1
-            mma.wait_group[0]()
-            warpgroup_fence(accum)
-            if ctid == 0:
-                _ = empty[unsafe_offset=prev].arrive()
+            # The tile's rows pick the narrowest of WIDTHS wgmma N widths that covers them, so
+            # the last token tile of a group (often a few rows) costs about what its rows need.
+            var width = width_index[BN, WIDTHS](min(work.row_end - work.row0, BN))
+            comptime for v in range(WIDTHS):
+                comptime NV = (v + 1) * BN // WIDTHS
+                if width == v:
+                    _consume_tile[dtype, BN, NV, STAGES](
+                        w_smem, x_smem, full, empty, accum_ptr, it, num_k, sub, ctid)
 
         # Epilogue. Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane/4,
         # tokens 8j + 2 (lane % 4) + {0, 1}); 4j + {2, 3} the same tokens, weight row + 8.
@@ -241,7 +279,7 @@ def grouped_sm90_kernel[
 
 
 def grouped_matmul_sm90[
-    dtype: DType, BN: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
+    dtype: DType, BN: Int, WIDTHS: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -253,11 +291,12 @@ def grouped_matmul_sm90[
     shape: GroupedShape,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the persistent SM90 kernel with token tile BN (device pointers).
+    """Enqueues the persistent SM90 kernel with token tile BN and WIDTHS wgmma widths
+    BN / WIDTHS, 2 BN / WIDTHS, ..., BN (device pointers).
 
     Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
-    comptime assert BN % 8 == 0 and BN <= 256, "BN must be a multiple of 8 up to 256"
+    comptime assert BN % (8 * WIDTHS) == 0 and BN <= 256, "BN must be a multiple of 8 WIDTHS up to 256"
     comptime STAGES = sm90_stages[dtype, BN]()
     comptime SMEM = sm90_smem_bytes[dtype, BN]()
     comptime assert STAGES >= 2, "shared memory too small for two stages"
@@ -270,7 +309,7 @@ def grouped_matmul_sm90[
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
-        dtype, BN, STAGES, s0, s1, swiglu, has_row_scale,
+        dtype, BN, WIDTHS, STAGES, s0, s1, swiglu, has_row_scale,
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]

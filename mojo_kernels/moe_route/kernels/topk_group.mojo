@@ -1,4 +1,5 @@
-"""GPU path of `moe_route_topk_group`: two kernels, deterministic, no atomics, both launched as
+"""GPU path of `moe_route_topk_group`: two kernels, deterministic (the grouping's shared-memory
+atomics only count), both launched as
 programmatic dependents (common/pdl.mojo) that wait for their predecessor before any access.
 
 Router (`_router_kernel`, clusters of CS CTAs of ROUTER_THREADS, a cluster per block of BT
@@ -13,22 +14,27 @@ the ids and the softmax. So even one decode token is routed by CS SMs (the route
 read by the whole cluster, not one SM), with no scratch memory and no second kernel. Targets
 without clusters (common/target.mojo `has_clusters`) run CS = 1: one CTA per 8 tokens.
 
-Grouping (`_group_kernel`, ONE CTA of GROUP_THREADS): warp w owns the contiguous segment
-[w L, (w + 1) L) of the R = T K assignments (L a multiple of 32). A table in shared memory holds
-count[e, w] (e-major). Pass 1: the warp walks its segment 32 assignments at a time; match_any
-groups the lanes of one expert, whose lowest lane adds the group's size to count[e, w] (only
-warp w touches column w, and one lane per expert per step: no atomics). A block-wide exclusive
-scan of the table in e-major order (each thread a run of entries, a shuffle scan per warp, a
-scan of the warp totals) turns count[e, w] into the first sorted row of (e, w): rows sorted by
-(expert, assignment). a_offsets[e] is then table[e, 0], the max rows of one expert a block max.
-Pass 2 walks the segments again: an assignment's row is its (e, w) base plus its rank among the
+Grouping (`_group_kernel`, CTAs of GROUP_THREADS, one per window of `group_window(R)`
+assignments: one CTA at decode, up to GROUP_MAX_CTAS at prefill, whose scattered stores one SM
+could not issue fast enough): warp w of a CTA owns the contiguous segment w of its window (a
+multiple of 32 assignments). A table in shared memory holds count[w, e]. Pass 1: the warp walks
+its segment 32 assignments at a time; match_any groups the lanes of one expert, whose lowest
+lane adds the group's size to count[w, e] (only warp w touches row w: no atomics). The CTA then
+counts the assignments before and after its window per expert (shared-memory atomics: counts
+do not depend on the order of the additions), so every CTA knows each expert's total, a block
+scan of the totals gives a_offsets, and count[w, e] becomes the first sorted row of (w, e):
+a_offsets[e] + the expert's rows before the window + those of warps below w. Rows are thus
+sorted by (expert, assignment) whatever the number of CTAs; CTA 0 writes a_offsets and stats.
+Pass 2 walks the segments again: an assignment's row is its (w, e) base plus its rank among the
 same-expert lanes of its step; the group's lowest lane then advances the base.
 """
 
 from std.math import ceildiv, exp
 from std.bit import count_trailing_zeros, pop_count
+from std.atomic import Atomic
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
+from max.gpu.compute.mma import mma
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, WARP_SIZE, barrier, block_idx, thread_idx
 from max.gpu.host import DeviceContext, FuncAttribute
 from max.gpu.memory import AddressSpace, external_memory
@@ -39,7 +45,7 @@ from max.gpu.primitives.warp import max as warp_max
 from max.gpu.sync import syncwarp
 
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
-from ...common.target import FORCE_AUTO, gpu_path, has_clusters
+from ...common.target import FORCE_AUTO, gpu_path, has_clusters, has_mma_sync
 from ..route import key_expert, key_logit, logit_key
 
 comptime F32 = DType.float32
@@ -59,7 +65,21 @@ comptime SEGMENTS = GROUP_THREADS // WARP_SIZE
 """One segment of the assignments per warp of the grouping CTA."""
 comptime GROUP_UNROLL = 8
 """Steps of 32 assignments whose loads a grouping warp issues together (latency, not
-bandwidth, bounds the one CTA)."""
+bandwidth, bounds a CTA)."""
+comptime GROUP_WINDOW = 1024
+"""Fewest assignments a grouping CTA places: decode batches (R = T k <= 1024) take one CTA."""
+comptime GROUP_MAX_CTAS = 128
+"""Most grouping CTAs (one wave); larger R widen the windows. One CTA's scattered stores
+bound the grouping of a prefill (R = 32768: ~100 us on one SM), so the windows spread them."""
+comptime SmemU32 = Pointer[UInt32, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+comptime SmemF32 = Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+comptime MMA_TOKENS = 16
+"""Tokens per CTA of the tensor-core router (one m16 tile)."""
+comptime MMA_KSPLIT = 2
+"""Slices of H per expert tile in the tensor-core router (more warps per token block)."""
+comptime MMA_MAX_EXPERTS = 256
+"""Largest E the tensor-core router takes (its partial logits fill MMA_KSPLIT x MMA_TOKENS x E
+float32 of shared memory, 32 KB at 256 experts); larger E take the cluster router."""
 
 
 @always_inline
@@ -189,32 +209,143 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
             else:
                 row[unsafe_offset=e] = src[unsafe_offset=0]
         syncwarp()
-        var t = t0 + tl
-        var n_k = Int(K)
-        var prev = UInt64(0)
-        var v0 = Float32(0)
-        var total = Float32(0)
-        for r in range(n_k):
-            var best = UInt64(0)
-            for e in range(lane, n_e, WARP_SIZE):
-                var key = logit_key(row[unsafe_offset=e], e)
-                if (r == 0 or key < prev) and key > best:
-                    best = key
-            best = warp_max(best)
-            prev = best
-            if lane == 0:
-                var v = key_logit(best)
-                if r == 0:
-                    v0 = v
-                var p = exp(v - v0)
-                total += p
-                ids[unsafe_offset=t * n_k + r] = key_expert(best)
-                weights[unsafe_offset=t * n_k + r] = p
-        if lane == 0:
-            for r in range(n_k):
-                weights[unsafe_offset=t * n_k + r] = weights[unsafe_offset=t * n_k + r] / total
+        _rank_token(row, t0 + tl, ids, weights, n_e, Int(K), lane)
     comptime if CS > 1:
         cluster_sync()  # peers' shared memory must outlive every remote read
+
+
+@always_inline
+def _rank_token(row: SmemF32, t: Int, ids: Pointer[Int32, MutAnyOrigin],
+                weights: Pointer[Float32, MutAnyOrigin], n_e: Int, n_k: Int, lane: Int):
+    """One warp: token t's top-k of its E logits `row` (route.mojo's key order) and the softmax
+    of the picked logits; lane 0 writes ids[t, :] and weights[t, :]."""
+    var prev = UInt64(0)
+    var v0 = Float32(0)
+    var total = Float32(0)
+    for r in range(n_k):
+        var best = UInt64(0)
+        for e in range(lane, n_e, WARP_SIZE):
+            var key = logit_key(row[unsafe_offset=e], e)
+            if (r == 0 or key < prev) and key > best:
+                best = key
+        best = warp_max(best)
+        prev = best
+        if lane == 0:
+            var v = key_logit(best)
+            if r == 0:
+                v0 = v
+            var p = exp(v - v0)
+            total += p
+            ids[unsafe_offset=t * n_k + r] = key_expert(best)
+            weights[unsafe_offset=t * n_k + r] = p
+    if lane == 0:
+        for r in range(n_k):
+            weights[unsafe_offset=t * n_k + r] = weights[unsafe_offset=t * n_k + r] / total
+
+
+@__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(ROUTER_THREADS)))
+def _router_mma_kernel[dtype: DType](
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    w: Pointer[Scalar[dtype], MutAnyOrigin],
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    T: Int32,
+    H: Int32,
+    E: Int32,
+    K: Int32,
+    x_stride: Int32,
+):
+    """A CTA routes tokens [block * MMA_TOKENS, +MMA_TOKENS) with tensor cores (mma.sync
+    m16n8k16, float32 accumulators, fragments straight from global memory as in the grouped
+    op's Ampere kernel): work item i of a warp is expert tile i / MMA_KSPLIT (16 experts) over
+    the i % MMA_KSPLIT-th slice of H; its float32 partial logits go to shared memory
+    [MMA_KSPLIT, MMA_TOKENS, E], summed in slice order (deterministic) before a warp per
+    token ranks them (`_rank_token`)."""
+    comptime BT = MMA_TOKENS
+    comptime NB = 2
+    comptime U = 4
+    """32-wide k chunks whose loads a warp issues before their MMAs."""
+    var part = external_memory[Float32, address_space=AddressSpace.SHARED, alignment=16]()
+    launch_dependent_grids()
+    var warp = thread_idx.x // WARP_SIZE
+    var lane = thread_idx.x % WARP_SIZE
+    var gi = lane // 4
+    var tig = lane % 4
+    var n_e = Int(E)
+    var n_h = Int(H)
+    var n_t = Int(T)
+    var xs = Int(x_stride)
+    var t0 = block_idx.x * BT
+    var chunks = ceildiv(n_h, 32)
+    var per_slice = ceildiv(chunks, MMA_KSPLIT)
+    var items = ceildiv(n_e, 8 * NB) * MMA_KSPLIT
+    # rows g and g + 8 of the tile; tokens past T re-read the last one (never stored)
+    var x_lo = x.unsafe_offset(min(t0 + gi, n_t - 1) * xs)
+    var x_hi = x.unsafe_offset(min(t0 + gi + 8, n_t - 1) * xs)
+    wait_on_dependent_grids()
+
+    var item = warp
+    while item < items:
+        var et = item // MMA_KSPLIT
+        var ks = item % MMA_KSPLIT
+        var acc = Array[SIMD[F32, 4], NB](fill=SIMD[F32, 4](0))
+        var w_rows = Array[Pointer[Scalar[dtype], MutAnyOrigin], NB](fill=w)
+        var e_in = Array[Bool, NB](fill=False)
+        comptime for nb in range(NB):
+            var e = et * 8 * NB + nb * 8 + gi
+            e_in[nb] = e < n_e
+            w_rows[nb] = w.unsafe_offset(min(e, n_e - 1) * n_h)
+        var c_end = min(chunks, (ks + 1) * per_slice)
+        var c = ks * per_slice
+        while c < c_end:
+            var a_lo = Array[SIMD[dtype, 8], U](fill=SIMD[dtype, 8](0))
+            var a_hi = Array[SIMD[dtype, 8], U](fill=SIMD[dtype, 8](0))
+            var bv = Array[SIMD[dtype, 8], U * NB](fill=SIMD[dtype, 8](0))
+            comptime for u in range(U):
+                var k = (c + u) * 32 + 8 * tig
+                if c + u < c_end and k < n_h:
+                    a_lo[u] = x_lo.unsafe_offset(k).unsafe_load[width=8, alignment=16](0)
+                    a_hi[u] = x_hi.unsafe_offset(k).unsafe_load[width=8, alignment=16](0)
+                    comptime for nb in range(NB):
+                        if e_in[nb]:
+                            bv[u * NB + nb] = w_rows[nb].unsafe_offset(k).unsafe_load[
+                                width=8, alignment=16
+                            ](0)
+            # lanes past H or past the slice hold zeros but still issue: mma.sync is
+            # warp-collective
+            comptime for u in range(U):
+                comptime for h in range(2):
+                    var frag = (
+                        a_lo[u].slice[2, offset=4 * h]().join(a_hi[u].slice[2, offset=4 * h]())
+                    ).join(
+                        a_lo[u].slice[2, offset=4 * h + 2]().join(a_hi[u].slice[2, offset=4 * h + 2]())
+                    )
+                    comptime for nb in range(NB):
+                        var d = SIMD[F32, 4](0)
+                        mma(d, frag, bv[u * NB + nb].slice[4, offset=4 * h](), acc[nb])
+                        acc[nb] = d
+            c += U
+        # accumulator nb: tokens (g, g + 8) x experts (2 tig, 2 tig + 1) of its 8
+        comptime for nb in range(NB):
+            comptime for r in range(4):
+                var t = gi + 8 * (r // 2)
+                var e = et * 8 * NB + nb * 8 + 2 * tig + r % 2
+                if e < n_e:
+                    part[unsafe_offset=(ks * BT + t) * n_e + e] = acc[nb][r]
+        item += ROUTER_WARPS
+    barrier()
+
+    var t = warp
+    while t < BT and t0 + t < n_t:
+        var row = part.unsafe_offset(t * n_e)
+        for e in range(lane, n_e, WARP_SIZE):
+            var v = row[unsafe_offset=e]
+            comptime for ks in range(1, MMA_KSPLIT):
+                v += part[unsafe_offset=(ks * BT + t) * n_e + e]
+            row[unsafe_offset=e] = v
+        syncwarp()
+        _rank_token(row, t0 + t, ids, weights, n_e, Int(K), lane)
+        t += ROUTER_WARPS
 
 
 @always_inline
@@ -247,6 +378,22 @@ def _warp_inclusive_sum(v: UInt32, lane: Int) -> UInt32:
     return incl
 
 
+@always_inline
+def _block_exclusive_sum(v: UInt32, warp_sums: SmemU32, warp: Int, lane: Int) -> UInt32:
+    """Exclusive sum of one value per thread of the CTA in thread order (every thread calls)."""
+    var incl = _warp_inclusive_sum(v, lane)
+    if lane == WARP_SIZE - 1:
+        warp_sums[unsafe_offset=warp] = incl
+    barrier()
+    if warp == 0:
+        var total = warp_sums[unsafe_offset=lane] if lane < SEGMENTS else UInt32(0)
+        var wincl = _warp_inclusive_sum(total, lane)
+        if lane < SEGMENTS:
+            warp_sums[unsafe_offset=lane] = wincl - total
+    barrier()
+    return warp_sums[unsafe_offset=warp] + incl - v
+
+
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(GROUP_THREADS)))
 def _group_kernel(
     ids: Pointer[Int32, MutAnyOrigin],
@@ -259,9 +406,11 @@ def _group_kernel(
     R: Int32,
     E: Int32,
     K: Int32,
+    window: Int32,
 ):
-    """One CTA: sorts the R assignments by (expert, assignment). Dynamic shared memory: the
-    E * SEGMENTS uint32 table."""
+    """CTA c places the assignments of window [c * window, +window) in the (expert, assignment)
+    order of all R; CTA 0 also writes a_offsets and stats. Dynamic shared memory:
+    (SEGMENTS + 1) * E uint32 (the window's table, then the counts outside the window)."""
     var table = external_memory[UInt32, address_space=AddressSpace.SHARED, alignment=16]()
     var warp_sums = stack_allocation[SEGMENTS, UInt32, address_space=AddressSpace.SHARED]()
     var warp_maxes = stack_allocation[SEGMENTS, UInt32, address_space=AddressSpace.SHARED]()
@@ -274,76 +423,66 @@ def _group_kernel(
     var n_r = Int(R)
     var n_e = Int(E)
     var n_k = Int(K)
-    var n_q = n_e * SEGMENTS
-    var seg = ceildiv(ceildiv(n_r, SEGMENTS), WARP_SIZE) * WARP_SIZE
-    var a0 = warp * seg
-    var a1 = min(n_r, a0 + seg)
-    for q in range(tid, n_q, GROUP_THREADS):
+    var r0 = min(n_r, block_idx.x * Int(window))
+    var r1 = min(n_r, r0 + Int(window))
+    var outside = table.unsafe_offset(SEGMENTS * n_e)  # [E]: before[e] + after[e], then totals
+    for q in range(tid, (SEGMENTS + 1) * n_e, GROUP_THREADS):
         table[unsafe_offset=q] = 0
     barrier()
 
-    # pass 1: count[e, warp]; GROUP_UNROLL steps' ids are loaded before any is counted
-    var b = a0
-    while b < a1:
-        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
-        comptime for u in range(GROUP_UNROLL):
-            var a = b + u * WARP_SIZE + lane
-            if a < a1:
-                es[u] = ids[unsafe_offset=a]
-        comptime for u in range(GROUP_UNROLL):
-            var e = es[u]
-            var peers = _peers(e)
-            if e >= 0 and Int(count_trailing_zeros(peers)) == lane:
-                table[unsafe_offset=Int(e) * SEGMENTS + warp] += UInt32(pop_count(peers))
-            syncwarp()
-        b += GROUP_UNROLL * WARP_SIZE
+    var seg = ceildiv(ceildiv(r1 - r0, SEGMENTS), WARP_SIZE) * WARP_SIZE
+    var a0 = r0 + warp * seg
+    var a1 = min(r1, a0 + seg)
 
+    # pass 1: count[warp, e] over this warp's part of the window
+    _count_segment(ids, table, a0, a1, warp * n_e, lane)
     barrier()
-    # exclusive scan of the table (e-major): thread tid owns entries [tid * per, (tid + 1) * per)
-    var per = ceildiv(n_q, GROUP_THREADS)
-    var q0 = min(n_q, tid * per)
-    var q1 = min(n_q, q0 + per)
-    var own = UInt32(0)
-    for q in range(q0, q1):
-        own += table[unsafe_offset=q]
-    var incl = _warp_inclusive_sum(own, lane)
-    if lane == WARP_SIZE - 1:
-        warp_sums[unsafe_offset=warp] = incl
+    # rows before the window, per expert (every CTA but the first)
+    _count_range_atomic(ids, outside, 0, r0, tid)
     barrier()
-    if warp == 0:
-        var total = warp_sums[unsafe_offset=lane] if lane < SEGMENTS else UInt32(0)
-        var wincl = _warp_inclusive_sum(total, lane)
-        if lane < SEGMENTS:
-            warp_sums[unsafe_offset=lane] = wincl - total
+    # per expert e (one thread each, w-major table: no bank conflicts): the window's count,
+    # and the rows before the window; the rows after it are added next
+    var e_own = tid
+    var before = UInt32(0)
+    var in_window = UInt32(0)
+    if e_own < n_e:
+        before = outside[unsafe_offset=e_own]
+        for w in range(SEGMENTS):
+            in_window += table[unsafe_offset=w * n_e + e_own]
     barrier()
-    var run = warp_sums[unsafe_offset=warp] + incl - own
-    for q in range(q0, q1):
-        var c = table[unsafe_offset=q]
-        table[unsafe_offset=q] = run
-        run += c
+    if e_own < n_e:
+        outside[unsafe_offset=e_own] = 0
     barrier()
-
-    # a_offsets, stats
-    var most = UInt32(0)
-    for e in range(tid, n_e, GROUP_THREADS):
-        var start = table[unsafe_offset=e * SEGMENTS]
-        var end = table[unsafe_offset=(e + 1) * SEGMENTS] if e + 1 < n_e else UInt32(n_r)
-        offsets[unsafe_offset=e] = start
-        most = max(most, end - start)
-    most = warp_max(most)
-    if lane == 0:
-        warp_maxes[unsafe_offset=warp] = most
-    if tid == 0:
-        offsets[unsafe_offset=n_e] = UInt32(n_r)
+    _count_range_atomic(ids, outside, r1, n_r, tid)
     barrier()
-    if warp == 0:
-        most = warp_max(warp_maxes[unsafe_offset=lane] if lane < SEGMENTS else UInt32(0))
+    var total = UInt32(0)
+    if e_own < n_e:
+        total = before + in_window + outside[unsafe_offset=e_own]
+    var start = _block_exclusive_sum(total, warp_sums, warp, lane)  # E <= GROUP_THREADS
+    # the window's rows of expert e start at a_offsets[e] + before[e], warp by warp
+    if e_own < n_e:
+        var run = start + before
+        for w in range(SEGMENTS):
+            var c = table[unsafe_offset=w * n_e + e_own]
+            table[unsafe_offset=w * n_e + e_own] = run
+            run += c
+    if block_idx.x == 0:
+        var most = warp_max(total)
+        if lane == 0:
+            warp_maxes[unsafe_offset=warp] = most
+        if e_own < n_e:
+            offsets[unsafe_offset=e_own] = start
+        if tid == 0:
+            offsets[unsafe_offset=n_e] = UInt32(n_r)
+    barrier()
+    if block_idx.x == 0 and warp == 0:
+        var most = warp_max(warp_maxes[unsafe_offset=lane] if lane < SEGMENTS else UInt32(0))
         if lane == 0:
             stats[unsafe_offset=0] = most
             stats[unsafe_offset=1] = UInt32(n_e)
 
-    # pass 2: rows (the a_offsets reads above finished at the barrier)
-    b = a0
+    # pass 2: rows
+    var b = a0
     while b < a1:
         var es = SIMD[DType.int32, GROUP_UNROLL](-1)
         var ws = SIMD[F32, GROUP_UNROLL](0)
@@ -359,16 +498,56 @@ def _group_kernel(
             var peers = _peers(e)
             var base = UInt32(0)
             if valid:
-                base = table[unsafe_offset=Int(e) * SEGMENTS + warp]
+                base = table[unsafe_offset=warp * n_e + Int(e)]
                 var row = Int(base) + Int(pop_count(peers & _lanes_below(lane)))
                 token_index[unsafe_offset=row] = Int64(a // n_k)
                 row_scale[unsafe_offset=row] = ws[u]
                 inverse[unsafe_offset=a] = Int64(row)
             syncwarp()
             if valid and Int(count_trailing_zeros(peers)) == lane:
-                table[unsafe_offset=Int(e) * SEGMENTS + warp] = base + UInt32(pop_count(peers))
+                table[unsafe_offset=warp * n_e + Int(e)] = base + UInt32(pop_count(peers))
             syncwarp()
         b += GROUP_UNROLL * WARP_SIZE
+
+
+@always_inline
+def _count_segment(ids: Pointer[Int32, MutAnyOrigin], table: SmemU32, a0: Int, a1: Int, row: Int,
+                   lane: Int):
+    """One warp counts the experts of assignments [a0, a1) into table[row + e]; GROUP_UNROLL
+    steps' ids are loaded before any is counted; the lowest lane of each expert's lanes adds
+    their number (only this warp touches the row: no atomics)."""
+    var b = a0
+    while b < a1:
+        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
+        comptime for u in range(GROUP_UNROLL):
+            var a = b + u * WARP_SIZE + lane
+            if a < a1:
+                es[u] = ids[unsafe_offset=a]
+        comptime for u in range(GROUP_UNROLL):
+            var e = es[u]
+            var peers = _peers(e)
+            if e >= 0 and Int(count_trailing_zeros(peers)) == lane:
+                table[unsafe_offset=row + Int(e)] += UInt32(pop_count(peers))
+            syncwarp()
+        b += GROUP_UNROLL * WARP_SIZE
+
+
+@always_inline
+def _count_range_atomic(ids: Pointer[Int32, MutAnyOrigin], counts: SmemU32, a0: Int, a1: Int,
+                        tid: Int):
+    """The CTA adds the experts of assignments [a0, a1) to counts[e] (shared-memory atomics:
+    counts do not depend on the order of the additions)."""
+    var b = a0
+    while b < a1:
+        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
+        comptime for u in range(GROUP_UNROLL):
+            var a = b + u * GROUP_THREADS + tid
+            if a < a1:
+                es[u] = ids[unsafe_offset=a]
+        comptime for u in range(GROUP_UNROLL):
+            if es[u] >= 0:
+                _ = Atomic.fetch_add(counts.unsafe_offset(Int(es[u])), UInt32(1))
+        b += GROUP_UNROLL * GROUP_THREADS
 
 
 def launch_router[dtype: DType, CS: Int, BT: Int](
@@ -403,6 +582,29 @@ def launch_router[dtype: DType, CS: Int, BT: Int](
         )
 
 
+def launch_router_mma[dtype: DType](
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    w: Pointer[Scalar[dtype], MutAnyOrigin],
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    T: Int,
+    H: Int,
+    E: Int,
+    K: Int,
+    x_stride: Int,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues the tensor-core router over blocks of MMA_TOKENS tokens (T > 0,
+    E <= MMA_MAX_EXPERTS, a target with mma.sync)."""
+    var smem = MMA_KSPLIT * MMA_TOKENS * E * 4
+    ctx.enqueue_function[_router_mma_kernel[dtype]](
+        x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
+        grid_dim=ceildiv(T, MMA_TOKENS), block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
+        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
+        attributes=pdl_attributes(),
+    )
+
+
 def route_gpu[dtype: DType](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -423,14 +625,28 @@ def route_gpu[dtype: DType](
     """Enqueues the router (nothing for T == 0) and the grouping kernel (always: it writes
     a_offsets and stats for R == 0 too)."""
     if T > 0:
-        comptime if has_clusters(gpu_path[FORCE_AUTO]()):
+        comptime path = gpu_path[FORCE_AUTO]()
+        comptime if has_clusters(path):
             if T <= DECODE_TOKENS:
                 launch_router[dtype, 8, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+            elif E <= MMA_MAX_EXPERTS:
+                launch_router_mma[dtype](x, w, ids, weights, T, H, E, K, x_stride, ctx)
             else:
                 launch_router[dtype, 2, 16](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+        elif has_mma_sync(path):
+            if T > DECODE_TOKENS and E <= MMA_MAX_EXPERTS:
+                launch_router_mma[dtype](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+            else:
+                launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
         else:
             launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
     launch_group(ids, weights, token_index, row_scale, inverse, offsets, stats, T * K, E, K, ctx)
+
+
+def group_window(R: Int) -> Int:
+    """Assignments per grouping CTA: at least GROUP_WINDOW, and at most GROUP_MAX_CTAS CTAs
+    (each CTA also counts the assignments outside its window, O(R))."""
+    return max(GROUP_WINDOW, ceildiv(ceildiv(R, GROUP_MAX_CTAS), WARP_SIZE) * WARP_SIZE)
 
 
 def launch_group(
@@ -446,11 +662,14 @@ def launch_group(
     K: Int,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the one-CTA grouping kernel over the R = T K assignments."""
-    var table_bytes = E * SEGMENTS * 4
+    """Enqueues the grouping kernel over the R = T K assignments: one CTA per window of
+    `group_window(R)` assignments (one CTA for R <= GROUP_WINDOW, R = 0 included)."""
+    var window = group_window(R)
+    var table_bytes = (SEGMENTS + 1) * E * 4
     ctx.enqueue_function[_group_kernel](
         ids, weights, token_index, row_scale, inverse, offsets, stats, Int32(R), Int32(E), Int32(K),
-        grid_dim=1, block_dim=GROUP_THREADS, shared_mem_bytes=table_bytes,
+        Int32(window),
+        grid_dim=max(1, ceildiv(R, window)), block_dim=GROUP_THREADS, shared_mem_bytes=table_bytes,
         func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(table_bytes)),
         attributes=pdl_attributes(),
     )
