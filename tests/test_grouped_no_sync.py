@@ -38,7 +38,9 @@ from check_ptx import MOJO, MOJO_ENV  # noqa: E402  (the compiler that came with
 
 PROGRAM = ROOT / "tests" / "mojo" / "grouped_no_sync.mojo"
 E, K, N = 4, 264, 200  # N, K not multiples of the tiles
-T_DEC, T_PRE = 96, 300  # 96 <= 64 G: decode tiles (BN = 32); 300 > 64 G: prefill (BN = 256)
+# the SM90 token tile is the narrowest a typical group (mean + 2 sqrt(mean) rows) fits:
+# T_DEC / G = 20 rows: decode tiles (BN = 32); T_PRE / G = 150: prefill tiles (BN = 256)
+T_DEC, T_PRE = 80, 600
 POISON = -4321.0
 KEY = 7
 
@@ -60,14 +62,14 @@ class Routing:
 
 # (decode routing over T_DEC rows, prefill routing over T_PRE rows), one pair per replay
 ROUTINGS = (
-    (Routing((0, 30, 31, 70, 96), (2, 0, 3, 1), (39, 4)),
-     Routing((0, 120, 121, 250, 300), (1, 3, 0, 2), (129, 4))),
+    (Routing((0, 25, 26, 58, 80), (2, 0, 3, 1), (32, 4)),
+     Routing((0, 240, 241, 500, 600), (1, 3, 0, 2), (259, 4))),
     # a -1 expert (zero rows) and G_active = 3 < G: the last group's rows are not written
-    (Routing((0, 10, 50, 80, 96), (3, -1, 0, 2), (40, 3)),
-     Routing((0, 7, 200, 260, 300), (0, 2, -1, 3), (193, 3))),
+    (Routing((0, 10, 42, 67, 80), (3, -1, 0, 2), (32, 3)),
+     Routing((0, 14, 400, 520, 600), (0, 2, -1, 3), (386, 3))),
     # one group owns every row
-    (Routing((0, 96, 96, 96, 96), (1, 0, 0, 0), (96, 1)),
-     Routing((0, 300, 300, 300, 300), (3, 0, 0, 0), (300, 1))),
+    (Routing((0, 80, 80, 80, 80), (1, 0, 0, 0), (80, 1)),
+     Routing((0, 600, 600, 600, 600), (3, 0, 0, 0), (600, 1))),
 )
 
 

@@ -181,12 +181,12 @@ def run_case(
 
 def main() raises:
     var ctx = DeviceContext()
-    # decode tiles (40 rows <= 64 G): OLD = one group; NEW = ragged groups, an empty group, a
+    # decode tiles (40 rows over G = 6: a typical group fits BN = 32): OLD = one group; NEW = ragged groups, an empty group, a
     # -1 expert, and G_active = 5 < G = 6 so rows 33..40 keep the poison
     run_case(ctx, "decode", 40, 1024, 512, 6,
              [0, 40, 40, 40, 40, 40, 40], [0, 0, 0, 0, 0, 0], 1,
              [0, 5, 5, 6, 20, 33, 40], [3, 1, 0, -1, 5, 2], 5)
-    # prefill tiles (1200 rows > 64 G): OLD = experts in order; NEW = other experts, ragged,
+    # prefill tiles (1200 rows over G = 4: a typical group exceeds BN = 128): OLD = experts in order; NEW = other experts, ragged,
     # G_active = 3 < G = 4 so rows 1100..1200 keep the poison
     run_case(ctx, "prefill", 1200, 512, 384, 4,
              [0, 300, 600, 900, 1200], [0, 1, 2, 3], 4,
