@@ -1,5 +1,4 @@
-"""GPU path of `moe_route_topk_group`: two kernels, deterministic (the grouping's shared-memory
-atomics only count), both launched as
+"""GPU path of `moe_route_topk_group`: two kernels, deterministic, no atomics, both launched as
 programmatic dependents (common/pdl.mojo) that wait for their predecessor before any access.
 
 Router (`_router_kernel`, clusters of CS CTAs of ROUTER_THREADS, a cluster per block of BT
@@ -19,11 +18,11 @@ assignments: one CTA at decode, up to GROUP_MAX_CTAS at prefill, whose scattered
 could not issue fast enough): warp w of a CTA owns the contiguous segment w of its window (a
 multiple of 32 assignments). A table in shared memory holds count[w, e]. Pass 1: the warp walks
 its segment 32 assignments at a time; match_any groups the lanes of one expert, whose lowest
-lane adds the group's size to count[w, e] (only warp w touches row w: no atomics). The CTA then
-counts the assignments before and after its window per expert (shared-memory atomics: counts
-do not depend on the order of the additions), so every CTA knows each expert's total, a block
-scan of the totals gives a_offsets, and count[w, e] becomes the first sorted row of (w, e):
-a_offsets[e] + the expert's rows before the window + those of warps below w. Rows are thus
+lane adds the group's size to count[w, e] (only warp w touches row w: no atomics). Before it,
+the CTA counts the assignments before and after its window the same way (a table pass each,
+summed per expert), so every CTA knows each expert's total: a block scan of the totals gives
+a_offsets, and count[w, e] becomes the first sorted row of (w, e): a_offsets[e] + the expert's
+rows before the window + those of warps below w. Rows are thus
 sorted by (expert, assignment) whatever the number of CTAs; CTA 0 writes a_offsets and stats.
 Pass 2 walks the segments again: an assignment's row is its (w, e) base plus its rank among the
 same-expert lanes of its step; the group's lowest lane then advances the base.
@@ -31,7 +30,6 @@ same-expert lanes of its step; the group's lowest lane then advances the base.
 
 from std.math import ceildiv, exp
 from std.bit import count_trailing_zeros, pop_count
-from std.atomic import Atomic
 from std.memory import stack_allocation
 from std.utils.static_tuple import StaticTuple
 from max.gpu.compute.mma import mma
@@ -409,8 +407,8 @@ def _group_kernel(
     window: Int32,
 ):
     """CTA c places the assignments of window [c * window, +window) in the (expert, assignment)
-    order of all R; CTA 0 also writes a_offsets and stats. Dynamic shared memory:
-    (SEGMENTS + 1) * E uint32 (the window's table, then the counts outside the window)."""
+    order of all R; CTA 0 also writes a_offsets and stats. Dynamic shared memory: the
+    [SEGMENTS, E] uint32 table."""
     var table = external_memory[UInt32, address_space=AddressSpace.SHARED, alignment=16]()
     var warp_sums = stack_allocation[SEGMENTS, UInt32, address_space=AddressSpace.SHARED]()
     var warp_maxes = stack_allocation[SEGMENTS, UInt32, address_space=AddressSpace.SHARED]()
@@ -425,39 +423,24 @@ def _group_kernel(
     var n_k = Int(K)
     var r0 = min(n_r, block_idx.x * Int(window))
     var r1 = min(n_r, r0 + Int(window))
-    var outside = table.unsafe_offset(SEGMENTS * n_e)  # [E]: before[e] + after[e], then totals
-    for q in range(tid, (SEGMENTS + 1) * n_e, GROUP_THREADS):
+    for q in range(tid, SEGMENTS * n_e, GROUP_THREADS):
         table[unsafe_offset=q] = 0
     barrier()
-
-    var seg = ceildiv(ceildiv(r1 - r0, SEGMENTS), WARP_SIZE) * WARP_SIZE
+    # thread e owns expert e's column of the w-major table (no bank conflicts)
+    var e_own = tid
+    # the experts' counts before and after the window (several CTAs only), then in it
+    var before = _count_rows_and_clear(ids, table, 0, r0, n_e, warp, lane, e_own)
+    var after = _count_rows_and_clear(ids, table, r1, n_r, n_e, warp, lane, e_own)
+    var seg = _segment(r0, r1)
     var a0 = r0 + warp * seg
     var a1 = min(r1, a0 + seg)
-
-    # pass 1: count[warp, e] over this warp's part of the window
+    # pass 1: count[warp, e] over this warp's segment of the window
     _count_segment(ids, table, a0, a1, warp * n_e, lane)
     barrier()
-    # rows before the window, per expert (every CTA but the first)
-    _count_range_atomic(ids, outside, 0, r0, tid)
-    barrier()
-    # per expert e (one thread each, w-major table: no bank conflicts): the window's count,
-    # and the rows before the window; the rows after it are added next
-    var e_own = tid
-    var before = UInt32(0)
-    var in_window = UInt32(0)
+    var total = before + after
     if e_own < n_e:
-        before = outside[unsafe_offset=e_own]
         for w in range(SEGMENTS):
-            in_window += table[unsafe_offset=w * n_e + e_own]
-    barrier()
-    if e_own < n_e:
-        outside[unsafe_offset=e_own] = 0
-    barrier()
-    _count_range_atomic(ids, outside, r1, n_r, tid)
-    barrier()
-    var total = UInt32(0)
-    if e_own < n_e:
-        total = before + in_window + outside[unsafe_offset=e_own]
+            total += table[unsafe_offset=w * n_e + e_own]
     var start = _block_exclusive_sum(total, warp_sums, warp, lane)  # E <= GROUP_THREADS
     # the window's rows of expert e start at a_offsets[e] + before[e], warp by warp
     if e_own < n_e:
@@ -533,21 +516,30 @@ def _count_segment(ids: Pointer[Int32, MutAnyOrigin], table: SmemU32, a0: Int, a
 
 
 @always_inline
-def _count_range_atomic(ids: Pointer[Int32, MutAnyOrigin], counts: SmemU32, a0: Int, a1: Int,
-                        tid: Int):
-    """The CTA adds the experts of assignments [a0, a1) to counts[e] (shared-memory atomics:
-    counts do not depend on the order of the additions)."""
-    var b = a0
-    while b < a1:
-        var es = SIMD[DType.int32, GROUP_UNROLL](-1)
-        comptime for u in range(GROUP_UNROLL):
-            var a = b + u * GROUP_THREADS + tid
-            if a < a1:
-                es[u] = ids[unsafe_offset=a]
-        comptime for u in range(GROUP_UNROLL):
-            if es[u] >= 0:
-                _ = Atomic.fetch_add(counts.unsafe_offset(Int(es[u])), UInt32(1))
-        b += GROUP_UNROLL * GROUP_THREADS
+def _segment(lo: Int, hi: Int) -> Int:
+    """Assignments per warp segment of [lo, hi): the range split in SEGMENTS multiples of 32."""
+    return ceildiv(ceildiv(hi - lo, SEGMENTS), WARP_SIZE) * WARP_SIZE
+
+
+@always_inline
+def _count_rows_and_clear(ids: Pointer[Int32, MutAnyOrigin], table: SmemU32, lo: Int, hi: Int,
+                          n_e: Int, warp: Int, lane: Int, e_own: Int) -> UInt32:
+    """Expert e_own's count among assignments [lo, hi) (0 past E): every warp counts its
+    segment into its row of the zeroed table (`_count_segment`), thread e sums column e and
+    zeroes it again. Every thread of the CTA calls (barriers); nothing to do when lo >= hi."""
+    if lo >= hi:  # the same for the whole CTA
+        return 0
+    var seg = _segment(lo, hi)
+    var a0 = lo + warp * seg
+    _count_segment(ids, table, a0, min(hi, a0 + seg), warp * n_e, lane)
+    barrier()
+    var n = UInt32(0)
+    if e_own < n_e:
+        for w in range(SEGMENTS):
+            n += table[unsafe_offset=w * n_e + e_own]
+            table[unsafe_offset=w * n_e + e_own] = 0
+    barrier()
+    return n
 
 
 def launch_router[dtype: DType, CS: Int, BT: Int](
@@ -665,7 +657,7 @@ def launch_group(
     """Enqueues the grouping kernel over the R = T K assignments: one CTA per window of
     `group_window(R)` assignments (one CTA for R <= GROUP_WINDOW, R = 0 included)."""
     var window = group_window(R)
-    var table_bytes = (SEGMENTS + 1) * E * 4
+    var table_bytes = SEGMENTS * E * 4
     ctx.enqueue_function[_group_kernel](
         ids, weights, token_index, row_scale, inverse, offsets, stats, Int32(R), Int32(E), Int32(K),
         Int32(window),
