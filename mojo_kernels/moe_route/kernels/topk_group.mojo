@@ -22,8 +22,8 @@ lane adds the group's size to count[w, e] (only warp w touches row w: no atomics
 the CTA counts the assignments before and after its window the same way (a table pass each,
 summed per expert), so every CTA knows each expert's total: a block scan of the totals gives
 a_offsets, and count[w, e] becomes the first sorted row of (w, e): a_offsets[e] + the expert's
-rows before the window + those of warps below w. Rows are thus
-sorted by (expert, assignment) whatever the number of CTAs; CTA 0 writes a_offsets and stats.
+rows before the window + those of warps below w. Rows are thus sorted by (expert, assignment)
+whatever the number of CTAs; CTA 0 writes a_offsets and stats.
 Pass 2 walks the segments again: an assignment's row is its (w, e) base plus its rank among the
 same-expert lanes of its step; the group's lowest lane then advances the base.
 """
@@ -616,22 +616,22 @@ def route_gpu[dtype: DType](
 ) raises:
     """Enqueues the router (nothing for T == 0) and the grouping kernel (always: it writes
     a_offsets and stats for R == 0 too)."""
+    comptime path = gpu_path[FORCE_AUTO]()
     if T > 0:
-        comptime path = gpu_path[FORCE_AUTO]()
-        comptime if has_clusters(path):
-            if T <= DECODE_TOKENS:
-                launch_router[dtype, 8, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
-            elif E <= MMA_MAX_EXPERTS:
+        # prefill with few enough experts: the tensor-core router on every target with mma.sync;
+        # otherwise clusters where the target has them (8 CTAs per 8 tokens at decode)
+        var prefill_mma = has_mma_sync(path) and T > DECODE_TOKENS and E <= MMA_MAX_EXPERTS
+        if prefill_mma:
+            comptime if has_mma_sync(path):
                 launch_router_mma[dtype](x, w, ids, weights, T, H, E, K, x_stride, ctx)
-            else:
-                launch_router[dtype, 2, 16](x, w, ids, weights, T, H, E, K, x_stride, ctx)
-        elif has_mma_sync(path):
-            if T > DECODE_TOKENS and E <= MMA_MAX_EXPERTS:
-                launch_router_mma[dtype](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+        else:
+            comptime if has_clusters(path):
+                if T <= DECODE_TOKENS:
+                    launch_router[dtype, 8, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+                else:
+                    launch_router[dtype, 2, 16](x, w, ids, weights, T, H, E, K, x_stride, ctx)
             else:
                 launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
-        else:
-            launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
     launch_group(ids, weights, token_index, row_scale, inverse, offsets, stats, T * K, E, K, ctx)
 
 
