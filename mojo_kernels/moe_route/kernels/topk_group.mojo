@@ -115,12 +115,16 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
     E: Int32,
     K: Int32,
     x_stride: Int32,
+    HS: Int32,
 ):
     """A cluster of CS CTAs routes tokens [cluster * BT, +BT): CTA `rank` computes the logits of
     experts [rank * EPC, +EPC) (EPC = ceil(E / CS)) for all BT tokens into its shared memory,
     then, after a cluster barrier, ranks tokens [rank * BT / CS, +BT / CS) (one warp each) from
     all CTAs' logits (distributed shared memory): top-K ids and the softmax weights.
-    Dynamic shared memory: BT * EPC + (BT / CS) * E float32."""
+    HS = `router_h_slices(EPC, H)`: when the CTA has fewer expert pairs than warps, the warps
+    split H in HS slices (more loads in flight: the weight stream is latency-bound), partial
+    dots summed in slice order. Dynamic shared memory: BT * EPC + (BT / CS) * E float32, plus
+    HS * BT * EPC when HS > 1."""
     comptime TPR = BT // CS
     comptime assert TPR * CS == BT and TPR <= ROUTER_WARPS, "BT / CS tokens per CTA, a warp each"
     comptime assert 2 * BT <= WARP_SIZE and WARP_SIZE % (2 * BT) == 0, "2 BT partial dots per lane"
@@ -138,6 +142,7 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
     var n_e = Int(E)
     var n_h = Int(H)
     var xs = Int(x_stride)
+    var hs = Int(HS)
     var t0 = (block_idx.x // CS) * BT
     var nt = min(BT, Int(T) - t0)
     var epc = ceildiv(n_e, CS)
@@ -145,29 +150,38 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
     var mine = max(0, min(n_e, e_lo + epc) - e_lo)
     var part = smem  # [BT, epc]: this CTA's experts' logits
     var ranked = smem.unsafe_offset(BT * epc)  # [TPR, E]: the tokens this CTA ranks
+    # [HS, BT, epc]: partial logits per H slice (HS = 1: the logits themselves)
+    var sliced = part if hs == 1 else ranked.unsafe_offset(TPR * n_e)
+    var pairs = ceildiv(mine, 2)
+    var h_len = ceildiv(ceildiv(n_h, hs), SPAN) * SPAN
     wait_on_dependent_grids()
 
-    # Warp `warp` owns local experts warp + ROUTER_WARPS * i, two at a time (a, b): each lane
-    # keeps CHUNK 16-byte vectors of both weight rows in registers and runs them over the
-    # block's tokens (x from L1 / L2), 2 BT float32 partial dots per lane.
-    var la = warp
-    while la < mine:
-        var lb = la + ROUTER_WARPS
+    # Work item i = (pair i % pairs: local experts 2 p and 2 p + 1, H slice i / pairs); warp
+    # `warp` takes items warp, warp + ROUTER_WARPS, ... Each lane keeps CHUNK 16-byte vectors of
+    # both weight rows in registers and runs them over the block's tokens (x from L1 / L2),
+    # 2 BT float32 partial dots per lane.
+    var item = warp
+    while item < pairs * hs:
+        var la = 2 * (item % pairs)
+        var slice = item // pairs
+        var lb = la + 1
         var has_b = lb < mine
+        var h_lo = slice * h_len
+        var h_hi = min(n_h, h_lo + h_len)
         var wa = w.unsafe_offset((e_lo + la) * n_h)
         var wb = w.unsafe_offset((e_lo + (lb if has_b else la)) * n_h)
         var acc = SIMD[F32, 2 * BT](0)
-        var c0 = lane * VEC
-        while c0 < n_h:
+        var c0 = h_lo + lane * VEC
+        while c0 < h_hi:
             var va = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
             var vb = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
-            # No branch around a load, so all of them can be in flight at once: columns past H
-            # re-read the last vector against zero weights, tokens past the block re-read the
-            # last token (their dots are never stored).
+            # No branch around a load, so all of them can be in flight at once: columns past
+            # the slice re-read its last vector against zero weights, tokens past the block
+            # re-read the last token (their dots are never stored).
             comptime for i in range(CHUNK):
                 var c = c0 + i * SPAN
-                var live = c < n_h
-                var cc = min(c, n_h - VEC)
+                var live = c < h_hi
+                var cc = min(c, h_hi - VEC)
                 var ra = _load_vec(wa, cc)
                 var rb = _load_vec(wb, cc)
                 va[i] = ra if live else SIMD[F32, VEC](0)
@@ -177,7 +191,7 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
                 var sa = SIMD[F32, VEC](0)
                 var sb = SIMD[F32, VEC](0)
                 comptime for i in range(CHUNK):
-                    var xv = _load_vec(xr, min(c0 + i * SPAN, n_h - VEC))
+                    var xv = _load_vec(xr, min(c0 + i * SPAN, h_hi - VEC))
                     sa = xv.fma(va[i], sa)
                     sb = xv.fma(vb[i], sb)
                 acc[t] += sa.reduce_add()
@@ -192,8 +206,16 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
         var t = slot % BT
         var le = la if slot < BT else lb
         if lane < 2 * BT and t < nt and (slot < BT or has_b):
-            part[unsafe_offset=t * epc + le] = dot
-        la += 2 * ROUTER_WARPS
+            sliced[unsafe_offset=(slice * BT + t) * epc + le] = dot
+        item += ROUTER_WARPS
+    if hs > 1:  # the slices' partial logits, summed in slice order
+        barrier()
+        for q in range(thread_idx.x, nt * epc, ROUTER_THREADS):
+            if q % epc < mine:
+                var v = sliced[unsafe_offset=q]
+                for sl in range(1, hs):
+                    v += sliced[unsafe_offset=sl * BT * epc + q]
+                part[unsafe_offset=q] = v
     _cluster_barrier[CS]()  # every CTA's logits are in its shared memory
 
     var tl = rank * TPR + warp  # this warp's token in the block
@@ -556,10 +578,12 @@ def launch_router[dtype: DType, CS: Int, BT: Int](
 ) raises:
     """Enqueues the router kernel in clusters of CS CTAs over blocks of BT tokens (T > 0)."""
     comptime router = _router_kernel[dtype, CS, BT]
-    var smem = (BT * ceildiv(E, CS) + (BT // CS) * E) * 4
+    var epc = ceildiv(E, CS)
+    var hs = router_h_slices(epc, H)
+    var smem = (BT * epc * (1 + (hs if hs > 1 else 0)) + (BT // CS) * E) * 4
     comptime if CS > 1:
         ctx.enqueue_function[router](
-            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
+            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
             grid_dim=ceildiv(T, BT) * CS, block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
             cluster_dim=Dim(CS, 1, 1),
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
@@ -567,11 +591,19 @@ def launch_router[dtype: DType, CS: Int, BT: Int](
         )
     else:
         ctx.enqueue_function[router](
-            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride),
+            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
             grid_dim=ceildiv(T, BT), block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
             attributes=pdl_attributes(),
         )
+
+
+def router_h_slices(epc: Int, H: Int) -> Int:
+    """Slices of H the cluster router's warps split a CTA's experts into: as many as leave every
+    warp an item ((epc / 2 pairs) x slices >= ROUTER_WARPS), each slice at least one 16-byte
+    load per lane (WARP_SIZE * VEC columns)."""
+    var pairs = max(1, ceildiv(epc, 2))
+    return max(1, min(ROUTER_WARPS // pairs, ceildiv(H, WARP_SIZE * VEC)))
 
 
 def launch_router_mma[dtype: DType](
