@@ -133,8 +133,8 @@ struct GroupedMatmulSm100PersistentInplace[
 
 # ---- k_matmul_ragged_paged_scale (issue 5): FP8 block-scaled K projection into MAX's paged cache
 from extensibility import _MutableInputTensor
-from .k_cache_matmul.entry import kv_matmul_ragged_paged_scale
-from .k_cache_matmul.layout import K_HALF, V_HALF
+from .k_cache_matmul.entry import cache_matmul, kv_matmul_ragged_paged_scale
+from .k_cache_matmul.layout import KV_BOTH, K_HALF, V_HALF
 from .k_cache_matmul.plan import write_k_cache_gpu_plan
 
 
@@ -213,6 +213,47 @@ struct VMatmulRaggedPagedScale[
         ](
             hidden_state, input_row_offsets, weight, input_scale, weight_scale, kv_scale, kv_blocks,
             page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length, layer_idx, ctx,
+        )
+
+
+@extensibility.register("kv_matmul_ragged_paged_scale")
+struct KVMatmulRaggedPagedScale[
+    m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int, force_path: Int = 0
+]:
+    """K and V projections of the same tokens in one op: k_matmul_ragged_paged_scale with k_weight /
+    k_weight_scale into the K half and with v_weight / v_weight_scale into the V half of layer
+    `layer_idx`, one kernel launch for both where the GPU plan is an mma.sync one (decode), two
+    launches otherwise. Shapes: as the K op's; v_weight and v_weight_scale have k_weight's and
+    k_weight_scale's shapes and strides; kv_scale float32 [2] (K's, V's) or [2 n_kv_heads] (K's
+    per head, then V's), read for an fp8 cache only.
+    """
+
+    @staticmethod
+    def execute[in_dtype: DType, cache_dtype: DType, //, target: StaticString](
+        hidden_state: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_row_offsets: InputTensor[dtype=DType.uint32, rank=1, ...],
+        k_weight: InputTensor[dtype=in_dtype, rank=2, ...],
+        v_weight: InputTensor[dtype=in_dtype, rank=2, ...],
+        input_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        k_weight_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        v_weight_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        kv_scale: InputTensor[dtype=DType.float32, rank=1, ...],
+        kv_blocks: _MutableInputTensor[dtype=cache_dtype, rank=6, ...],
+        page_stride: InputTensor[dtype=DType.int64, rank=1, ...],
+        cache_lengths: InputTensor[dtype=DType.uint32, rank=1, ...],
+        lookup_table: InputTensor[dtype=DType.uint32, rank=2, ...],
+        max_prompt_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        max_cache_length: InputTensor[dtype=DType.uint32, rank=1, ...],
+        layer_idx: UInt32,
+        ctx: DeviceContext,
+    ) raises:
+        cache_matmul[
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, KV_BOTH, target,
+            Self.force_path,
+        ](
+            hidden_state, input_row_offsets, k_weight, v_weight, input_scale, k_weight_scale, v_weight_scale,
+            kv_scale, kv_blocks, page_stride, cache_lengths, lookup_table, max_prompt_length, max_cache_length,
+            layer_idx, ctx,
         )
 
 

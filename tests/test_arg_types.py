@@ -96,6 +96,15 @@ KV_BAD: dict[str, tuple[object, ...]] = {
     "layer_idx": (0.0, "0", False), "kv_scale": (1.0, np.ones(1, np.float32)),
 }
 
+FUSED_KV_ARGS: dict[str, Any] = {
+    **{k: v for k, v in KV_ARGS.items() if k not in ("weight", "weight_scale")},
+    **{n: TENSOR for n in ("k_weight", "v_weight", "k_weight_scale", "v_weight_scale")},
+}
+FUSED_KV_BAD: dict[str, tuple[object, ...]] = {
+    **{k: v for k, v in KV_BAD.items() if k not in ("weight", "weight_scale")},
+    **{n: NOT_TENSOR for n in ("k_weight", "v_weight", "k_weight_scale", "v_weight_scale")},
+}
+
 GROUPED_ARGS: dict[str, Any] = {
     "a": TENSOR, "b": TENSOR, "a_offsets": TENSOR, "expert_ids": TENSOR,
     "expert_usage_stats": TENSOR, "a_plane_splits": (0, 0), "swiglu": False,
@@ -204,6 +213,8 @@ APIS = (
         KV_BAD),
     Api("v_matmul_ragged_paged_scale", _kv_call(mg.v_matmul_ragged_paged_scale), KV_ARGS,
         KV_BAD),
+    Api("kv_matmul_ragged_paged_scale", lambda v, a: mg.kv_matmul_ragged_paged_scale(**a),
+        FUSED_KV_ARGS, FUSED_KV_BAD),
     Api("k_cache_gpu_plan", lambda v, a: mg.k_cache_gpu_plan(**a),
         {"t": 1, "n": 128, "k": 128, "granularity": (1, 128, 128), "a_stride": None,
          "w_stride": None},

@@ -1,12 +1,15 @@
-"""`k_matmul_ragged_paged_scale` and its V twin `v_matmul_ragged_paged_scale` through a MAX
-graph vs a float64 reference, written into MAX's own paged KV cache.
+"""`k_matmul_ragged_paged_scale`, its V twin `v_matmul_ragged_paged_scale` and the fused
+`kv_matmul_ragged_paged_scale` through a MAX graph vs a float64 reference, written into MAX's own
+paged KV cache.
 
 One graph per device holds four K op instances (granularities (1,128,128), (2,64,32),
 (3,16,96), (128,128,128); a bf16 cache with a padded page_stride and an fp8 cache (uint8 bits
 on CPU) with per-head and per-tensor kv_scale; layer_idx as an int and as a uint32 scalar) and
 two V op instances (V half of a layer whose K half a K op writes; (1,128,128) on bf16, and
-(1,128,64) on fp8 with per-head kv_scale), with symbolic T and B, so the Mojo ops compile once
-per device and every batch below runs through the same compiled model (on GPU the batches
+(1,128,64) on fp8 with per-head kv_scale) and three fused K+V instances (a weight per half;
+bf16, fp8 with per-head and per-tensor kv_scale [2·heads] / [2]), with symbolic T and B, so
+the Mojo ops compile once per device and every batch below runs through the same compiled
+model (on GPU the batches
 reach the mma.sync, wgmma (T > 128) and SIMT kernels). Each run poisons the whole cache arena
 (padding between pages included) and checks that exactly the target slots changed (each op
 its own half of its own layer), and that they hold k (or v) within rel. Frobenius error 2e-2
@@ -40,6 +43,7 @@ from mojo_gemm.fp8.quant import (
 from mojo_gemm.k_cache.op import (
     fp8_dtype_for,
     k_matmul_ragged_paged_scale,
+    kv_matmul_ragged_paged_scale,
     v_matmul_ragged_paged_scale,
 )
 
@@ -86,12 +90,18 @@ class OpSpec:
     k: int
     gran: tuple[int, int, int]
     kv_scale: str | None = None  # None | "tensor" | "head"
-    half: int = 0  # 0: K (k_matmul_ragged_paged_scale), 1: V (v_matmul_ragged_paged_scale)
+    half: int = 0  # 0: K (k_matmul_ragged_paged_scale), 1: V (v_matmul_ragged_paged_scale),
+    # 2: both (kv_matmul_ragged_paged_scale, a weight per half)
+
+    @property
+    def halves(self) -> tuple[int, ...]:
+        """The cache halves the op writes, in the order of its weights."""
+        return (0, 1) if self.half == 2 else (self.half,)
 
 
 CACHES = (
     CacheSpec("bf16", DType.bfloat16, heads=2, head_dim=64, layers=3, pages=41, pad_elems=24),
-    CacheSpec("fp8", DType.float8_e4m3fn, heads=4, head_dim=32, layers=2, pages=41, pad_elems=0),
+    CacheSpec("fp8", DType.float8_e4m3fn, heads=4, head_dim=32, layers=4, pages=41, pad_elems=0),
 )
 OPS = (
     OpSpec("bf16_g1x128x128", "bf16", layer=0, k=256, gran=(1, 128, 128)),
@@ -101,6 +111,11 @@ OPS = (
     OpSpec("v_bf16_g1x128x128", "bf16", layer=0, k=256, gran=(1, 128, 128), half=1),
     OpSpec("v_fp8_per_head_g1x128x64", "fp8", layer=1, k=192, gran=(1, 128, 64), kv_scale="head",
            half=1),
+    OpSpec("kv_bf16_g1x128x128", "bf16", layer=1, k=256, gran=(1, 128, 128), half=2),
+    OpSpec("kv_fp8_per_head_g1x128x128", "fp8", layer=2, k=384, gran=(1, 128, 128),
+           kv_scale="head", half=2),
+    OpSpec("kv_fp8_per_tensor_g2x64x32", "fp8", layer=3, k=160, gran=(2, 64, 32),
+           kv_scale="tensor", half=2),
 )
 CACHE_BY_NAME = {c.name: c for c in CACHES}
 
@@ -131,16 +146,16 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
     for i, op in enumerate(OPS):
         c = CACHE_BY_NAME[op.cache]
         _, gn, gk = op.gran
+        n_halves = len(op.halves)
         types += [
             TensorType(fp8, ["T", op.k], dref),
-            TensorType(fp8, [c.n, op.k], dref),
+            *[TensorType(fp8, [c.n, op.k], dref)] * n_halves,
             TensorType(DType.float32, [_ceil(op.k, gk), f"ts{i}"], dref),
-            TensorType(DType.float32, [_ceil(c.n, gn), _ceil(op.k, gk)], dref),
+            *[TensorType(DType.float32, [_ceil(c.n, gn), _ceil(op.k, gk)], dref)] * n_halves,
         ]
         if op.kv_scale is not None:
-            types.append(
-                TensorType(DType.float32, [1 if op.kv_scale == "tensor" else c.heads], dref)
-            )
+            per_half = 1 if op.kv_scale == "tensor" else c.heads
+            types.append(TensorType(DType.float32, [n_halves * per_half], dref))
     with Graph(f"k_cache_{device_kind}", input_types=types) as g:
         it = iter(g.inputs)
         offsets = next(it).tensor
@@ -157,8 +172,19 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
             )
         for op in OPS:
             c = CACHE_BY_NAME[op.cache]
-            hidden, weight, in_s, w_s = (next(it).tensor for _ in range(4))
+            n_halves = len(op.halves)
+            hidden = next(it).tensor
+            weights = [next(it).tensor for _ in range(n_halves)]
+            in_s = next(it).tensor
+            w_scales = [next(it).tensor for _ in range(n_halves)]
             kv_scale = next(it).tensor if op.kv_scale is not None else None
+            if op.half == 2:
+                kv_matmul_ragged_paged_scale(
+                    c.params(dref), hidden, offsets, *weights, in_s, *w_scales, colls[c.name],
+                    op.gran, op.layer, kv_scale=kv_scale,
+                )
+                continue
+            weight, w_s = weights[0], w_scales[0]
             project = v_matmul_ragged_paged_scale if op.half else k_matmul_ragged_paged_scale
             project(
                 c.params(dref),
@@ -301,23 +327,38 @@ def run(device_kind: str, batch: Batch, seed: int) -> None:
         c = CACHE_BY_NAME[op.cache]
         gm, gn, gk = op.gran
         x = rng.standard_normal((t_total, op.k)) * rng.uniform(0.2, 3.0, (t_total, 1))
-        w = rng.standard_normal((c.n, op.k)) * rng.uniform(0.01, 0.1, (c.n, 1))
         a_q, a_s = quantize_fp8_input(x, gm, gk)
-        w_q = quantize_fp8_blockwise(w, (gn, gk))
-        ref = reference(a_q, w_q.data, a_s, w_q.scales, op.gran)
-        inputs += [fp8_buffer(a_q, dev), fp8_buffer(w_q.data, dev), to_dev(a_s), to_dev(w_q.scales)]
-        scale = np.ones(c.heads)
-        if op.kv_scale is not None:
-            amax = np.abs(ref).reshape(t_total, c.heads, c.head_dim).max(axis=(0, 2), initial=1e-3)
-            per = (amax / 190.0).astype(np.float32)  # |k / s| <= 190 (not a rounding tie) of 448
-            ks = per if op.kv_scale == "head" else np.array([per.max()], np.float32)
-            inputs.append(to_dev(ks.astype(np.float32)))
-            scale = np.broadcast_to(ks.astype(np.float64), (c.heads,))
-        if c.dtype == DType.float8_e4m3fn:
-            # the cache itself rounds to e4m3: the reference is that rounding of k / kv_scale
-            s_col = np.repeat(scale, c.head_dim)
-            ref = to_e4m3(ref / s_col).astype(np.float64) * s_col
-        expected[c.name].append((ref, scale, op.layer, op.half))
+        w_qs = [
+            quantize_fp8_blockwise(
+                rng.standard_normal((c.n, op.k)) * rng.uniform(0.01, 0.1, (c.n, 1)), (gn, gk)
+            )
+            for _ in op.halves
+        ]
+        inputs += [
+            fp8_buffer(a_q, dev),
+            *(fp8_buffer(w_q.data, dev) for w_q in w_qs),
+            to_dev(a_s),
+            *(to_dev(w_q.scales) for w_q in w_qs),
+        ]
+        kv_scales = []
+        for half, w_q in zip(op.halves, w_qs, strict=True):
+            ref = reference(a_q, w_q.data, a_s, w_q.scales, op.gran)
+            scale = np.ones(c.heads)
+            if op.kv_scale is not None:
+                amax = np.abs(ref).reshape(t_total, c.heads, c.head_dim).max(
+                    axis=(0, 2), initial=1e-3
+                )
+                per = (amax / 190.0).astype(np.float32)  # |k / s| <= 190 (no rounding tie)
+                ks = per if op.kv_scale == "head" else np.array([per.max()], np.float32)
+                kv_scales.append(ks.astype(np.float32))
+                scale = np.broadcast_to(ks.astype(np.float64), (c.heads,))
+            if c.dtype == DType.float8_e4m3fn:
+                # the cache itself rounds to e4m3: the reference is that rounding of k / kv_scale
+                s_col = np.repeat(scale, c.head_dim)
+                ref = to_e4m3(ref / s_col).astype(np.float64) * s_col
+            expected[c.name].append((ref, scale, op.layer, half))
+        if kv_scales:
+            inputs.append(to_dev(np.concatenate(kv_scales)))
     model.execute(*inputs)
 
     for c in CACHES:
@@ -602,3 +643,62 @@ def test_v_twin_bad_input_raises(case: str, s: dict[str, object], error: type, m
 
 def test_v_twin_valid_call_builds() -> None:
     _build_call(_valid_types(layer_idx=1), v_matmul_ragged_paged_scale)
+
+
+def _build_fused(s: dict[str, object], **v_over: TensorType) -> None:
+    """`_build_call` of the fused op: V's weight and scale are graph inputs too (K's types
+    unless given in v_over)."""
+    s = {
+        **s,
+        "v_weight": v_over.get("v_weight", s["weight"]),
+        "v_weight_scale": v_over.get("v_weight_scale", s["weight_scale"]),
+    }
+    names = [k for k, x in s.items() if isinstance(x, (TensorType, BufferType))]
+
+    def project(params: object, hidden: object, offsets: object, weight: object, in_s: object,
+                w_s: object, coll: object, gran: object, layer: object,
+                kv_scale: object = None) -> None:
+        inputs = dict(zip(names, Graph.current.inputs, strict=True))
+        kv_matmul_ragged_paged_scale(
+            params, hidden, offsets, weight, inputs["v_weight"].tensor, in_s, w_s,
+            inputs["v_weight_scale"].tensor, coll, gran, layer, kv_scale=kv_scale,
+        )
+
+    _build_call(s, project)
+
+
+def test_fused_valid_call_builds() -> None:
+    _build_fused(_valid_types(layer_idx=1))
+    _build_fused(
+        _valid_types(
+            kv_params=_FP8_PARAMS,
+            kv_blocks=BufferType(DType.uint8, ["pages", *_FP8_PARAMS.shape_per_block], _CPU),
+            kv_scale=TensorType(DType.float32, [8], _CPU),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"v_weight": TensorType(DType.uint8, [64, 256], _CPU)}, r"'v_weight'.*\[128, 256\]"),
+        (
+            {"v_weight_scale": TensorType(DType.float32, [2, 2], _CPU)},
+            r"'v_weight_scale'.*\[1, 2\]",
+        ),
+    ],
+    ids=["v_weight shape", "v_weight_scale shape"],
+)
+def test_fused_bad_v_operand_raises(over: dict[str, TensorType], match: str) -> None:
+    with pytest.raises(ValueError, match="kv_matmul_ragged_paged_scale: (argument )?" + match):
+        _build_fused(_valid_types(), **over)
+
+
+def test_fused_kv_scale_counts_both_halves() -> None:
+    """kv_scale of the fused op holds K's values, then V's: [2] or [2·heads], never [1]."""
+    fp8 = {
+        "kv_params": _FP8_PARAMS,
+        "kv_blocks": BufferType(DType.uint8, ["pages", *_FP8_PARAMS.shape_per_block], _CPU),
+    }
+    with pytest.raises(ValueError, match=r"'kv_scale'.*\[2\] or \[8\]"):
+        _build_fused(_valid_types(**fp8, kv_scale=TensorType(DType.float32, [1], _CPU)))

@@ -146,14 +146,24 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp
 
 
 def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
-    hidden: Fp8Ptr, offsets: U32Ptr, weight: Fp8Ptr, in_scale: F32Ptr, w_scale: F32Ptr,
-    kv_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, k_cache: cache_t, shape: KCacheShape,
+    hidden: Fp8Ptr, offsets: U32Ptr, in_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr,
+    shape: KCacheShape,
+    k_weight: Fp8Ptr,
+    k_w_scale: F32Ptr,
+    k_kv_scale: F32Ptr,
+    k_cache: cache_t,
+    v_weight: Fp8Ptr,
+    v_w_scale: F32Ptr,
+    v_kv_scale: F32Ptr,
+    v_cache: cache_t,
+    both: Bool,
     ctx: DeviceContext,
 ) raises:
     comptime kernel = mma_splitk_kernel[cache_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows, cfg.rotate]
     ctx.enqueue_function[kernel](
-        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
-        grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt)),
+        hidden, offsets, k_weight, v_weight, in_scale, k_w_scale, v_w_scale, k_kv_scale,
+        v_kv_scale, cache_lengths, lut, k_cache, v_cache, shape,
+        grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt), 2 if both else 1),
         block_dim=THREADS,
         attributes=pdl_attributes(),
     )
@@ -162,29 +172,84 @@ def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
 def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
-    weight: Fp8Ptr,
     in_scale: F32Ptr,
-    w_scale: F32Ptr,
-    kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
     shape: KCacheShape,
+    k_weight: Fp8Ptr,
+    k_w_scale: F32Ptr,
+    k_kv_scale: F32Ptr,
+    k_cache: cache_t,
+    v_weight: Fp8Ptr,
+    v_w_scale: F32Ptr,
+    v_kv_scale: F32Ptr,
+    v_cache: cache_t,
+    both: Bool,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the kernel `k_cache_gpu_plan` picks for this call's sizes (nothing when T == 0);
-    only the kernels `path` and `fp8_mma` allow are instantiated."""
+    """Enqueues the kernel `k_cache_gpu_plan` picks for this call's sizes (nothing when T == 0)
+    for the K operands (k_*), and with `both` for the V operands (v_*) too (the fused K+V op; `shape` holds for both):
+    the mma.sync plans project both halves in one launch (grid z = 2), the other plans launch
+    once per half. Only the kernels `path` and `fp8_mma` allow are instantiated."""
     var plan = k_cache_gpu_plan[gm, gn, gk, path, fp8_mma](shape)
     if plan == PLAN_NONE:
         return
+    comptime if gk % 64 == 0 and path != PATH_PORTABLE and fp8_mma:
+        if plan == PLAN_MMA_DECODE_LARGE_N:
+            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](
+                hidden, offsets, in_scale, cache_lengths, lut, shape,
+                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+            return
+        if plan == PLAN_MMA_DECODE:
+            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE](
+                hidden, offsets, in_scale, cache_lengths, lut, shape,
+                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+            return
+        if plan == PLAN_MMA_MID_LARGE_N:
+            _launch_mma[cache_t, gm, gn, gk, MMA_MID_LARGE_N](
+                hidden, offsets, in_scale, cache_lengths, lut, shape,
+                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+            return
+        if plan == PLAN_MMA_MID:
+            _launch_mma[cache_t, gm, gn, gk, MMA_MID](
+                hidden, offsets, in_scale, cache_lengths, lut, shape,
+                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+            return
+        if plan == PLAN_MMA_PREFILL:
+            _launch_mma[cache_t, gm, gn, gk, MMA_PREFILL](
+                hidden, offsets, in_scale, cache_lengths, lut, shape,
+                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+            return
+    _launch_half[gm, gn, gk, cache_t, path](
+        plan, hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, k_kv_scale, k_cache, ctx)
+    if both:
+        _launch_half[gm, gn, gk, cache_t, path](
+            plan, hidden, offsets, in_scale, cache_lengths, lut, shape, v_weight, v_w_scale, v_kv_scale, v_cache, ctx)
+
+
+def _launch_half[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int](
+    plan: Int,
+    hidden: Fp8Ptr,
+    offsets: U32Ptr,
+    in_scale: F32Ptr,
+    cache_lengths: U32Ptr,
+    lut: U32Ptr,
+    shape: KCacheShape,
+    weight: Fp8Ptr,
+    w_scale: F32Ptr,
+    kv_scale: F32Ptr,
+    cache: cache_t,
+    ctx: DeviceContext,
+) raises:
+    """Launches a non-mma.sync `plan` (wgmma prefill or decode, SIMT) for one half's operands."""
     comptime if gk % 128 == 0 and path == PATH_HOPPER:
         if plan == PLAN_WGMMA_LARGE:
             launch_wgmma[gm, gn, gk, cache_t, LARGE](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx)
             return
         if plan == PLAN_WGMMA_SMALL:
             launch_wgmma[gm, gn, gk, cache_t, SMALL](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx)
             return
         if plan == PLAN_WGMMA_DECODE:
             var tn = decode_config(Int(shape.T)).tn
@@ -192,7 +257,7 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int =
                 comptime cfg = decode_config(8 << i)
                 if tn == cfg.tn:
                     launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
-                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache,
                         shape, ctx)
                     return
         if plan == PLAN_WGMMA_DECODE_SPLIT:
@@ -201,35 +266,14 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int =
                 comptime cfg = decode_split_config(32 << i, SPLIT_MAX)
                 if tn == cfg.tn:
                     launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
-                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache,
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache,
                         shape, ctx)
                     return
-    comptime if gk % 64 == 0 and path != PATH_PORTABLE and fp8_mma:
-        if plan == PLAN_MMA_DECODE_LARGE_N:
-            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
-        if plan == PLAN_MMA_DECODE:
-            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
-        if plan == PLAN_MMA_MID_LARGE_N:
-            _launch_mma[cache_t, gm, gn, gk, MMA_MID_LARGE_N](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
-        if plan == PLAN_MMA_MID:
-            _launch_mma[cache_t, gm, gn, gk, MMA_MID](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
-        if plan == PLAN_MMA_PREFILL:
-            _launch_mma[cache_t, gm, gn, gk, MMA_PREFILL](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape, ctx)
-            return
     if plan != PLAN_SIMT:
         raise Error("k_matmul_ragged_paged_scale: no launch for plan ", plan, " (gk = ", gk, ")")
     comptime kernel = simt_kernel[cache_t, gm, gn, gk]
     ctx.enqueue_function[kernel](
-        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape,
         grid_dim=(ceildiv(Int(shape.N), S_BN), ceildiv(Int(shape.T), S_BT)),
         block_dim=THREADS,
     )

@@ -27,15 +27,21 @@ comptime K_HALF = 0
 """`half` parameter value selecting the K half of the cache (kv_blocks dim 1 index 0)."""
 comptime V_HALF = 1
 """`half` parameter value selecting the V half of the cache (kv_blocks dim 1 index 1)."""
+comptime KV_BOTH = 2
+"""`half` parameter value of the fused op writing both halves (`kv_matmul_ragged_paged_scale`:
+K and V weights, one launch where the kernel allows it)."""
 
 
 def op_name[half: Int]() -> StaticString:
-    """The registered op writing the cache half `half` (K_HALF or V_HALF), for error messages."""
-    comptime assert half == K_HALF or half == V_HALF, "half must be K_HALF (0) or V_HALF (1)"
+    """The registered op writing the cache half `half` (K_HALF, V_HALF or KV_BOTH), for error
+    messages."""
+    comptime assert half == K_HALF or half == V_HALF or half == KV_BOTH, "half must be K_HALF (0), V_HALF (1) or KV_BOTH (2)"
     comptime if half == K_HALF:
         return "k_matmul_ragged_paged_scale"
-    else:
+    elif half == V_HALF:
         return "v_matmul_ragged_paged_scale"
+    else:
+        return "kv_matmul_ragged_paged_scale"
 
 
 @fieldwise_init

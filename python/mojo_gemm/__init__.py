@@ -16,8 +16,8 @@ Public API:
   summed back through `MoERouting.inverse`).
 - MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
   combine).
-- FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + the K op and its V twin
-  `v_matmul_ragged_paged_scale`).
+- FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + both halves in one op,
+  `kv_matmul_ragged_paged_scale`: the K op and its V twin `v_matmul_ragged_paged_scale` fused).
 - `kernels_package`: the precompiled kernels (`.mojoc`) the graph functions add to every graph;
   pass it as `custom_extensions` to `session.compile` of a multi-graph `Module`. `kernels_path`:
   their source directory (never both in one process: two definitions of every op).
@@ -40,7 +40,12 @@ from .int4.op import Int4WeightValues, int4_matmul
 from .int4.plan import int4_gpu_plan
 from .int4.quant import Int4Weight
 from .k_cache.layer import PagedKVProjection
-from .k_cache.op import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .k_cache.op import (
+    fp8_dtype_for,
+    k_matmul_ragged_paged_scale,
+    kv_matmul_ragged_paged_scale,
+    v_matmul_ragged_paged_scale,
+)
 from .k_cache.plan import k_cache_gpu_plan
 from .router.combine import moe_combine
 from .router.op import MoERouting, moe_route
@@ -68,6 +73,7 @@ __all__ = [
     "k_matmul_ragged_paged_scale",
     "kernels_package",
     "kernels_path",
+    "kv_matmul_ragged_paged_scale",
     "moe_combine",
     "moe_route",
     "quantize_fp8_blockwise",

@@ -47,16 +47,24 @@ def mma_splitk_kernel[
 ](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
-    weight: Fp8Ptr,
+    k_weight: Fp8Ptr,
+    v_weight: Fp8Ptr,
     in_scale: F32Ptr,
-    w_scale: F32Ptr,
-    kv_scale: F32Ptr,
+    k_w_scale: F32Ptr,
+    v_w_scale: F32Ptr,
+    k_kv_scale: F32Ptr,
+    v_kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
     k_cache: cache_t,
+    v_cache: cache_t,
     shape: KCacheShape,
 ):
     """One CTA: tokens [t0, t0 + 16 MT) x weight rows [n0, n0 + 8 NB), all of K split by warp.
+
+    grid z selects the half: z = 0 projects with the k_* operands into k_cache, z = 1 with the
+    v_* operands into v_cache (the fused K+V op launches z = 2, a single half z = 1); both
+    halves share the tokens, their scales, the row resolution and `shape`.
 
     A warp takes U consecutive scale blocks at a time and issues all their loads before the
     first MMA, so that U * gk/64 * (NB + 2 MT) 16-byte loads per lane are in flight. late_rows:
@@ -86,6 +94,9 @@ def mma_splitk_kernel[
     var n_kb = ceildiv(K, gk)
     var rot = walk_start(n_kb) if rotate else 0
     var wv = Array[SIMD[FP8, 16], U * CH * NB](fill=0)
+    var is_v = block_idx.z != 0
+    var weight = v_weight if is_v else k_weight
+    var w_scale = v_w_scale if is_v else k_w_scale
 
     @always_inline
     @__parameter
@@ -180,4 +191,7 @@ def mma_splitk_kernel[
             s += red[unsafe_offset=w * BT * BN + e]
         red[unsafe_offset=e] = s
     barrier()
-    store_tile[cache_t, BT, BN](k_cache, red, rows, kv_scale, shape, n0)
+    if is_v:
+        store_tile[cache_t, BT, BN](v_cache, red, rows, v_kv_scale, shape, n0)
+    else:
+        store_tile[cache_t, BT, BN](k_cache, red, rows, k_kv_scale, shape, n0)

@@ -178,22 +178,27 @@ def _layer_idx(a: Args) -> Violation:
     )
 
 
-def _kv_scale(a: Args) -> Violation:
-    v = a["kv_scale"]
-    if v is None:
-        return None
-    p = a["kv_params"]
-    if p.dtype != FP8:
-        return (
-            "None (kv_scale applies to a float8_e4m3fn cache only)",
-            f"a tensor for a {p.dtype} cache",
-        )
-    heads = p.n_kv_heads_per_device
-    ok = v.dtype == DType.float32 and shape_of(v) in ([1], [heads])
-    return None if ok else (f"float32 [1] or [{heads}]", f"{v.dtype} {shape_of(v)}")
+def _kv_scale_for(halves: int) -> Callable[[Args], Violation]:
+    """kv_scale: None, or float32 [halves] (per tensor) or [halves · n_kv_heads] (per head), K's
+    values first; a float8_e4m3fn cache only."""
+
+    def check(a: Args) -> Violation:
+        v = a["kv_scale"]
+        if v is None:
+            return None
+        p = a["kv_params"]
+        if p.dtype != FP8:
+            return (
+                "None (kv_scale applies to a float8_e4m3fn cache only)",
+                f"a tensor for a {p.dtype} cache",
+            )
+        counts = ([halves], [halves * p.n_kv_heads_per_device])
+        ok = v.dtype == DType.float32 and shape_of(v) in counts
+        return None if ok else (f"float32 {counts[0]} or {counts[1]}", f"{v.dtype} {shape_of(v)}")
+
+    return check
 
 
-_TENSORS = ("hidden_state", "input_row_offsets", "weight", "input_scale", "weight_scale")
 
 def _summary(half: str) -> str:
     return (
@@ -217,105 +222,117 @@ _KV_PARAMS_RULES: tuple[Rule, ...] = (
 )
 """What both the K/V ops and PagedKVProjection require of the cache parameters."""
 
-_KV_RULES: tuple[Rule, ...] = (
-    *_KV_PARAMS_RULES,
-    Rule(
-        "scales_granularity_mnk",
-        "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
-        "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
-        _granularity,
-    ),
-    Rule(
-        "hidden_state",
-        "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
-        "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
-        _hidden_dtype,
-        TypeError,
-    ),
-    Rule(
-        "hidden_state",
-        "rank 2 [T, K] (T = total new tokens, may be symbolic)",
-        rank_is("hidden_state", 2),
-    ),
-    Rule("hidden_state", "K (dim 1) static and positive", _k_static),
-    Rule(
-        "weight",
-        "dtype equals hidden_state's",
-        dtype_like("weight", "hidden_state"),
-        TypeError,
-    ),
-    Rule(
-        "weight",
-        "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
-        shape_is("weight", lambda a: [_n(a), _k(a)]),
-    ),
-    Rule(
-        "input_row_offsets",
-        "dtype uint32",
-        dtype_in("input_row_offsets", (DType.uint32,)),
-        TypeError,
-    ),
-    Rule("input_row_offsets", "rank 1 [B + 1]", rank_is("input_row_offsets", 1)),
-    Rule("input_scale", "dtype float32", dtype_in("input_scale", (DType.float32,)), TypeError),
-    Rule("input_scale", "rank 2", rank_is("input_scale", 2)),
-    Rule(
-        "input_scale",
-        "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
-        "padded and symbolic)",
-        _input_scale_shape,
-    ),
-    Rule("weight_scale", "dtype float32", dtype_in("weight_scale", (DType.float32,)), TypeError),
-    Rule(
-        "weight_scale",
-        "shape [ceil(N/gn), ceil(K/gk)]",
-        shape_is("weight_scale", _weight_scale_shape),
-    ),
-    Rule(
-        "kv_collection.kv_blocks",
-        "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
-        _blocks_dtype,
-        TypeError,
-    ),
-    Rule("kv_collection.kv_blocks", "shape [pages, *kv_params.shape_per_block]", _blocks_shape),
-    Rule(
-        "kv_collection", "no cache scales or per-layer buffers (use kv_scale)", _no_cache_scales
-    ),
-    Rule(
-        "kv_collection.cache_lengths",
-        "uint32 [B] on hidden_state's device",
-        _coll_tensor("cache_lengths", DType.uint32, 1),
-    ),
-    Rule(
-        "kv_collection.lookup_table",
-        "uint32 [B, max_pages] on hidden_state's device",
-        _coll_tensor("lookup_table", DType.uint32, 2),
-    ),
-    *(
-        Rule(f"kv_collection.{f}", f"{d.name} [1] on CPU", _coll_tensor(f, d, [1]))
-        for f, d in (
-            ("page_stride", DType.int64),
-            ("max_prompt_length", DType.uint32),
-            ("max_cache_length", DType.uint32),
-        )
-    ),
-    Rule("layer_idx", "an int in [0, num_layers) or a uint32 scalar on CPU", _layer_idx),
-    Rule(
-        "kv_scale",
-        "None (scale 1), or for a float8_e4m3fn cache float32 [1] (per tensor) or "
-        "[n_kv_heads] (per head); the cache stores k / kv_scale",
-        _kv_scale,
-    ),
-    *(
-        Rule(n, "on hidden_state's device", same_device(n, "hidden_state"))
-        for n in ("input_row_offsets", "weight", "input_scale", "weight_scale", "kv_scale")
-    ),
-    Rule("kv_collection.kv_blocks", "on hidden_state's device", _blocks_device),
+def _kv_rules(
+    weights: tuple[str, ...], scales: tuple[str, ...], kv_scale_rule: str
+) -> tuple[Rule, ...]:
+    """The rules of a K/V op projecting with `weights` (scales `scales`): one for the K op and
+    its V twin, two (K's, V's) for the fused op."""
+    return (
+        *_KV_PARAMS_RULES,
+        Rule(
+            "scales_granularity_mnk",
+            "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
+            "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
+            _granularity,
+        ),
+        Rule(
+            "hidden_state",
+            "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
+            "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
+            _hidden_dtype,
+            TypeError,
+        ),
+        Rule(
+            "hidden_state",
+            "rank 2 [T, K] (T = total new tokens, may be symbolic)",
+            rank_is("hidden_state", 2),
+        ),
+        Rule("hidden_state", "K (dim 1) static and positive", _k_static),
+        *(
+            rule
+            for w in weights
+            for rule in (
+                Rule(w, "dtype equals hidden_state's", dtype_like(w, "hidden_state"), TypeError),
+                Rule(
+                    w,
+                    "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
+                    shape_is(w, lambda a: [_n(a), _k(a)]),
+                ),
+            )
+        ),
+        Rule(
+            "input_row_offsets",
+            "dtype uint32",
+            dtype_in("input_row_offsets", (DType.uint32,)),
+            TypeError,
+        ),
+        Rule("input_row_offsets", "rank 1 [B + 1]", rank_is("input_row_offsets", 1)),
+        Rule("input_scale", "dtype float32", dtype_in("input_scale", (DType.float32,)), TypeError),
+        Rule("input_scale", "rank 2", rank_is("input_scale", 2)),
+        Rule(
+            "input_scale",
+            "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
+            "padded and symbolic)",
+            _input_scale_shape,
+        ),
+        *(
+            rule
+            for s in scales
+            for rule in (
+                Rule(s, "dtype float32", dtype_in(s, (DType.float32,)), TypeError),
+                Rule(s, "shape [ceil(N/gn), ceil(K/gk)]", shape_is(s, _weight_scale_shape)),
+            )
+        ),
+        Rule(
+            "kv_collection.kv_blocks",
+            "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
+            _blocks_dtype,
+            TypeError,
+        ),
+        Rule("kv_collection.kv_blocks", "shape [pages, *kv_params.shape_per_block]", _blocks_shape),
+        Rule(
+            "kv_collection", "no cache scales or per-layer buffers (use kv_scale)", _no_cache_scales
+        ),
+        Rule(
+            "kv_collection.cache_lengths",
+            "uint32 [B] on hidden_state's device",
+            _coll_tensor("cache_lengths", DType.uint32, 1),
+        ),
+        Rule(
+            "kv_collection.lookup_table",
+            "uint32 [B, max_pages] on hidden_state's device",
+            _coll_tensor("lookup_table", DType.uint32, 2),
+        ),
+        *(
+            Rule(f"kv_collection.{f}", f"{d.name} [1] on CPU", _coll_tensor(f, d, [1]))
+            for f, d in (
+                ("page_stride", DType.int64),
+                ("max_prompt_length", DType.uint32),
+                ("max_cache_length", DType.uint32),
+            )
+        ),
+        Rule("layer_idx", "an int in [0, num_layers) or a uint32 scalar on CPU", _layer_idx),
+        Rule("kv_scale", kv_scale_rule, _kv_scale_for(len(weights))),
+        *(
+            Rule(n, "on hidden_state's device", same_device(n, "hidden_state"))
+            for n in ("input_row_offsets", *weights, "input_scale", *scales, "kv_scale")
+        ),
+        Rule("kv_collection.kv_blocks", "on hidden_state's device", _blocks_device),
+    )
+
+
+_KV_RULES = _kv_rules(
+    ("weight",),
+    ("weight_scale",),
+    "None (scale 1), or for a float8_e4m3fn cache float32 [1] (per tensor) or [n_kv_heads] "
+    "(per head); the cache stores k / kv_scale",
 )
 """The rules shared by the K op and its V twin (same operands, same kernels)."""
 
 _KV_TYPES = {
     "kv_params": KV_PARAMS,
-    **{n: TENSOR for n in _TENSORS},
+    **{n: TENSOR for n in ("hidden_state", "input_row_offsets", "weight", "input_scale",
+                           "weight_scale")},
     "kv_collection": KV_COLLECTION,
     "scales_granularity_mnk": INT_SEQ,
     "layer_idx": INT | TENSOR,
@@ -332,6 +349,27 @@ V_MATMUL_RAGGED_PAGED_SCALE = Contract(
     op="v_matmul_ragged_paged_scale", summary=_summary("V"), rules=_KV_RULES, types=_KV_TYPES
 )
 """Rules of `mojo_gemm.v_matmul_ragged_paged_scale` (the K op's rules, V half)."""
+
+KV_MATMUL_RAGGED_PAGED_SCALE = Contract(
+    op="kv_matmul_ragged_paged_scale",
+    summary=(
+        "k and v as `k_matmul_ragged_paged_scale` and `v_matmul_ragged_paged_scale` compute "
+        "them, k with k_weight / k_weight_scale into the K half and v with v_weight / "
+        "v_weight_scale into the V half of layer `layer_idx`, in one op (one kernel launch "
+        "for both halves at decode); same skipping rules."
+    ),
+    rules=_kv_rules(
+        ("k_weight", "v_weight"),
+        ("k_weight_scale", "v_weight_scale"),
+        "None (scale 1), or for a float8_e4m3fn cache float32 [2] (K's, V's, per tensor) or "
+        "[2 · n_kv_heads] (K's per head, then V's); the cache stores k / kv_scale",
+    ),
+    types={
+        **{n: t for n, t in _KV_TYPES.items() if n not in ("weight", "weight_scale")},
+        **{n: TENSOR for n in ("k_weight", "v_weight", "k_weight_scale", "v_weight_scale")},
+    },
+)
+"""Rules of `mojo_gemm.kv_matmul_ragged_paged_scale` (both halves in one op)."""
 
 
 # ------------------------------------------------------------ the PagedKVProjection layer
@@ -354,8 +392,8 @@ PAGED_KV_PROJECTION = Contract(
         "x [T, hidden_size] (`dtype`) is quantized per token and per `block` columns to e4m3 "
         "(`quantize_fp8_rows`), then K and V = x_q · W_qᵀ with block-scaled e4m3 weights "
         "(k_weight, v_weight [n_kv_heads · head_dim, hidden_size], scales per block × block) "
-        "are written into layer `layer_idx` of the paged cache by `k_matmul_ragged_paged_scale` "
-        "and `v_matmul_ragged_paged_scale` (scales_granularity_mnk = (1, block, block))."
+        "are written into layer `layer_idx` of the paged cache by `kv_matmul_ragged_paged_scale` "
+        "(both halves in one op; scales_granularity_mnk = (1, block, block))."
     ),
     rules=(
         *_KV_PARAMS_RULES,

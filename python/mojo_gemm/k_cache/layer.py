@@ -1,8 +1,9 @@
 """`PagedKVProjection`: a `max.nn` layer writing FP8 K and V projections into MAX's paged cache.
 
 x bf16 [T, hidden] → `quantize_fp8_rows` (e4m3 per token per `block` columns, on the graph) →
-`k_matmul_ragged_paged_scale` (K half) and its V twin `v_matmul_ragged_paged_scale` (V half),
-both our Mojo ops with block-scaled e4m3 weights and fp32 accumulation. Nothing is returned:
+`kv_matmul_ragged_paged_scale` (the K and V halves in one op: what `k_matmul_ragged_paged_scale`
+and its V twin `v_matmul_ragged_paged_scale` write), block-scaled e4m3 weights and fp32
+accumulation. Nothing is returned:
 the cache is written in place. On CPU the e4m3 weights are uint8 bit patterns (MAX 26.7 CPU
 graphs cannot hold float8), on GPU float8_e4m3fn; `state_from_float` / `fp8_state` build the
 matching state dict.
@@ -26,7 +27,7 @@ from ..fp8.contract import FP8
 from ..fp8.op import quantize_fp8_rows
 from ..fp8.quant import Fp8Blockwise, quantize_fp8_blockwise
 from .contract import PAGED_KV_PROJECTION, PAGED_KV_PROJECTION_CALL
-from .op import fp8_dtype_for, k_matmul_ragged_paged_scale, v_matmul_ragged_paged_scale
+from .op import fp8_dtype_for, kv_matmul_ragged_paged_scale
 
 _CPU = DeviceRef.CPU()
 
@@ -155,24 +156,16 @@ class PagedKVProjection(Module):
              "dtype": self.dtype, "hidden_size": self.hidden_size, "device": self.device}
         )
         data, scales = quantize_fp8_rows(x, self.block)
-        gran = (1, self.block, self.block)
-        for project, weight, weight_scale in (
-            (k_matmul_ragged_paged_scale, self.k_weight, self.k_weight_scale),
-            (v_matmul_ragged_paged_scale, self.v_weight, self.v_weight_scale),
-        ):
-            # a shard's weights are slices of the full layer's host weights: moved to this
-            # layer's device, as max.nn.Linear does (a no-op for weights already there)
-            project(
-                self.kv_params,
-                data,
-                input_row_offsets,
-                TensorValue(weight).to(self.device),
-                scales,
-                TensorValue(weight_scale).to(self.device),
-                kv_collection,
-                gran,
-                self.layer_idx,
-            )
+        # a shard's weights are slices of the full layer's host weights: moved to this
+        # layer's device, as max.nn.Linear does (a no-op for weights already there)
+        k_weight, k_scale, v_weight, v_scale = (
+            TensorValue(w).to(self.device)
+            for w in (self.k_weight, self.k_weight_scale, self.v_weight, self.v_weight_scale)
+        )
+        kv_matmul_ragged_paged_scale(
+            self.kv_params, data, input_row_offsets, k_weight, v_weight, scales, k_scale, v_scale,
+            kv_collection, (1, self.block, self.block), self.layer_idx,
+        )
 
     def fp8_state(self, k: Fp8Blockwise, v: Fp8Blockwise) -> dict[str, Buffer]:
         """The host buffers of this layer's weights (local names) from block-quantized K and V

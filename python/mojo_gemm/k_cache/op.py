@@ -1,11 +1,13 @@
-"""Graph functions of the FP8 KV-cache projections: `k_matmul_ragged_paged_scale` and its V
-twin `v_matmul_ragged_paged_scale`.
+"""Graph functions of the FP8 KV-cache projections: `k_matmul_ragged_paged_scale`, its V twin
+`v_matmul_ragged_paged_scale` and both in one op, `kv_matmul_ragged_paged_scale`.
 
 The K function is a drop-in for MAX's `max.nn.kernels.matmul_k_cache_ragged_scaled_float8`
 (same arguments, same cache, same math) emitting our `k_matmul_ragged_paged_scale` Mojo op, plus
 `kv_scale` for an fp8 cache. The V function takes the same arguments and runs the same kernels
 (op `v_matmul_ragged_paged_scale`), writing the cache's V half instead. Both write into the
-cache in place (ops.inplace_custom) and return nothing.
+cache in place (ops.inplace_custom) and return nothing. The fused function takes a K and a V
+weight and writes both halves in one op: one kernel launch for both at decode, where the two
+launches' latency is most of the cost.
 
 On CPU, MAX 26.7 graphs cannot hold float8 tensors: pass uint8 tensors holding the e4m3fn bits
 (hidden_state, weight, and the blocks of an fp8 cache); `fp8_dtype_for(device)` says which dtype
@@ -25,7 +27,11 @@ from ..core.extension import ensure_kernels_loaded
 from ..core.rules import DEVICE, Contract, check_types
 from ..core.targets import op_target_parameters
 from ..fp8.contract import FP8, FP8_BITS
-from .contract import K_MATMUL_RAGGED_PAGED_SCALE, V_MATMUL_RAGGED_PAGED_SCALE
+from .contract import (
+    K_MATMUL_RAGGED_PAGED_SCALE,
+    KV_MATMUL_RAGGED_PAGED_SCALE,
+    V_MATMUL_RAGGED_PAGED_SCALE,
+)
 
 
 def fp8_dtype_for(device: DeviceRef) -> DType:
@@ -118,6 +124,62 @@ def v_matmul_ragged_paged_scale(
     )
 
 
+def kv_matmul_ragged_paged_scale(
+    kv_params: KVCacheParams,
+    hidden_state: TensorValue,
+    input_row_offsets: TensorValue,
+    k_weight: TensorValue,
+    v_weight: TensorValue,
+    input_scale: TensorValue,
+    k_weight_scale: TensorValue,
+    v_weight_scale: TensorValue,
+    kv_collection: PagedCacheValues,
+    scales_granularity_mnk: Sequence[int],
+    layer_idx: int | TensorValue,
+    kv_scale: TensorValue | None = None,
+) -> None:
+    """`k_matmul_ragged_paged_scale` with (k_weight, k_weight_scale) and
+    `v_matmul_ragged_paged_scale` with (v_weight, v_weight_scale) on the same tokens, in one op.
+
+    The K and V halves of layer `layer_idx` get exactly what the two ops write (same kernels,
+    same sums; at decode one launch does both). k_weight, v_weight [N, K] and their scales
+    [ceil(N/gn), ceil(K/gk)] as the K op's weight and weight_scale; kv_scale (fp8 cache only):
+    None (1), float32 [2] (K's, V's) or [2·n_kv_heads] (K's per head, then V's). Everything
+    else, the skipping rules and the errors are the K op's
+    (`contracts.KV_MATMUL_RAGGED_PAGED_SCALE`).
+    """
+    args = {
+        "kv_params": kv_params,
+        "hidden_state": hidden_state,
+        "input_row_offsets": input_row_offsets,
+        "k_weight": k_weight,
+        "v_weight": v_weight,
+        "input_scale": input_scale,
+        "k_weight_scale": k_weight_scale,
+        "v_weight_scale": v_weight_scale,
+        "kv_collection": kv_collection,
+        "scales_granularity_mnk": _granularity_arg(scales_granularity_mnk),
+        "layer_idx": layer_idx,
+        "kv_scale": kv_scale,
+    }
+    KV_MATMUL_RAGGED_PAGED_SCALE.validate(args)
+    _emit(
+        KV_MATMUL_RAGGED_PAGED_SCALE.op,
+        [hidden_state, input_row_offsets, k_weight, v_weight, input_scale, k_weight_scale,
+         v_weight_scale],
+        kv_collection,
+        scales_granularity_mnk,
+        layer_idx,
+        kv_scale,
+        halves=2,
+    )
+
+
+def _granularity_arg(g: Sequence[int]) -> object:
+    """scales_granularity_mnk as the contract sees it (a tuple when it is a sequence)."""
+    return tuple(g) if isinstance(g, (tuple, list)) else g
+
+
 def _kv_matmul(
     contract: Contract,
     kv_params: KVCacheParams,
@@ -140,29 +202,45 @@ def _kv_matmul(
         "input_scale": input_scale,
         "weight_scale": weight_scale,
         "kv_collection": kv_collection,
-        "scales_granularity_mnk": tuple(scales_granularity_mnk)
-        if isinstance(scales_granularity_mnk, (tuple, list))
-        else scales_granularity_mnk,
+        "scales_granularity_mnk": _granularity_arg(scales_granularity_mnk),
         "layer_idx": layer_idx,
         "kv_scale": kv_scale,
     }
     contract.validate(args)
+    _emit(
+        contract.op,
+        [hidden_state, input_row_offsets, weight, input_scale, weight_scale],
+        kv_collection,
+        scales_granularity_mnk,
+        layer_idx,
+        kv_scale,
+        halves=1,
+    )
+
+
+def _emit(
+    op: str,
+    operands: list[TensorValue],
+    kv_collection: PagedCacheValues,
+    scales_granularity_mnk: Sequence[int],
+    layer_idx: int | TensorValue,
+    kv_scale: TensorValue | None,
+    halves: int,
+) -> None:
+    """Emits the in-place op `op` on checked operands (hidden_state first); kv_scale None
+    becomes `halves` ones."""
     ensure_kernels_loaded()
     gm, gn, gk = scales_granularity_mnk
-    device = hidden_state.device
+    device = operands[0].device
     if isinstance(layer_idx, int):
         layer_idx = ops.constant(layer_idx, DType.uint32, device=DeviceRef.CPU())
     if kv_scale is None:
-        kv_scale = ops.constant([1.0], DType.float32, device=device)
+        kv_scale = ops.constant([1.0] * halves, DType.float32, device=device)
     ops.inplace_custom(
-        contract.op,
+        op,
         device,
         [
-            hidden_state,
-            input_row_offsets,
-            weight,
-            input_scale,
-            weight_scale,
+            *operands,
             kv_scale,
             *kv_collection.flatten_without_attention_dispatch_metadata(),
             layer_idx,
@@ -171,6 +249,6 @@ def _kv_matmul(
             "m_scale_granularity": int(gm),
             "n_scale_granularity": int(gn),
             "k_scale_granularity": int(gk),
-            **op_target_parameters(contract.op, device),
+            **op_target_parameters(op, device),
         },
     )
