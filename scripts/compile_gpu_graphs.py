@@ -173,9 +173,8 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
 
 def _kv_projection_part():  # type: ignore[no-untyped-def]
     """Two PagedKVProjection layers, as a part of _compile_parts: `quantize_fp8_rows` (bf16 and
-    fp16 activations) feeding `k_matmul_ragged_paged_scale` and its V twin
-    `v_matmul_ragged_paged_scale` (granularity (1, 128, 128): wgmma and mma.sync kernels) into a
-    bf16 and an fp8 cache; symbolic T and B.
+    fp16 activations) feeding `kv_matmul_ragged_paged_scale` (both halves; granularity
+    (1, 128, 128): wgmma and mma.sync kernels) into a bf16 and an fp8 cache; symbolic T and B.
     """
     from max.dtype import DType
     from max.graph import BufferType, DeviceRef, TensorType
@@ -265,13 +264,13 @@ def compile_every_specialization() -> None:
 SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
                         "grouped_matmul_sm100_persistent, k_matmul_ragged_paged_scale, "
                         "moe_route_topk_group, moe_combine_rows, quantize_fp8_rows + "
-                        "k/v_matmul_ragged_paged_scale (PagedKVProjection) (one graph)")
+                        "kv_matmul_ragged_paged_scale (PagedKVProjection) (one graph)")
 
 
 def compile_every_op() -> None:
     """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
-    k_matmul_ragged_paged_scale and v_matmul_ragged_paged_scale at granularity (1, 128, 128)
+    kv_matmul_ragged_paged_scale at granularity (1, 128, 128)
     into a bf16 cache), moe_route_topk_group (MoEBlock's router, 4 experts top-2) and
     moe_combine_rows on its rows; symbolic token counts."""
     from max.driver import CPU, Accelerator
@@ -333,7 +332,7 @@ def compile_every_op() -> None:
 
 
 ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
-                  " k/v_matmul_ragged_paged_scale, moe_route_topk_group, moe_combine_rows)")
+                  " kv_matmul_ragged_paged_scale, moe_route_topk_group, moe_combine_rows)")
 
 
 SHARDED_NAME = ("the example decoder sharded (ShardedMoEDecoder: Int4Linear rowwise + columnwise"

@@ -56,7 +56,7 @@ def timed[what: Int, CS: Int, BT: Int](
         comptime if what == 0:
             route_gpu[BF16](x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K, H, ctx)
         elif what == 1:
-            launch_router[BF16, CS, BT](x, w, ids, wts, T, H, E, K, H, ctx)
+            launch_router[BF16, CS, BT](x, w, ids, wts, tok, rs, inv, off, st, T, H, E, K, H, ctx)
         elif what == 2:
             launch_group(ids, wts, tok, rs, inv, off, st, T * K, E, K, ctx)
         else:

@@ -178,6 +178,11 @@ def main() raises:
     ok = run_case[DType.bfloat16](ctx, 64, 2048, 64, 8, 500) and ok
     ok = run_case[DType.bfloat16](ctx, 512, 2048, 64, 8, 200) and ok
     ok = run_case[DType.bfloat16](ctx, 4096, 2048, 64, 8, 50) and ok
+    # the router's CTA 0 grouping (T <= 8, router_groups): E past the CTA's threads (4 experts
+    # a thread at E = 1024, above), DeepSeek-V3's decode router, top-1
+    ok = run_case[DType.bfloat16](ctx, 8, 7168, 256, 8, 200) and ok
+    ok = run_case[DType.bfloat16](ctx, 3, 136, 300, 1, 0) and ok
+    ok = run_case[DType.float16](ctx, 8, 64, 1000, 32, 0) and ok
     # several grouping CTAs (windows of group_window(R)): ragged last window, E = 1024, and
     # R past GROUP_MAX_CTAS windows of GROUP_WINDOW (wider windows)
     ok = run_case[DType.bfloat16](ctx, 1000, 64, 64, 6, 0) and ok

@@ -26,6 +26,10 @@ rows before the window + those of warps below w. Rows are thus sorted by (expert
 whatever the number of CTAs; CTA 0 writes a_offsets and stats.
 Pass 2 walks the segments again: an assignment's row is its (w, e) base plus its rank among the
 same-expert lanes of its step; the group's lowest lane then advances the base.
+
+Decode batches of at most DECODE_BLOCK tokens with few assignments (`router_groups`) launch the
+router alone: one cluster holds every token, and after a cluster barrier its CTA 0 groups them
+(`_group_small`, the same order), one launch less per MoE layer.
 """
 
 from std.math import ceildiv, exp
@@ -55,6 +59,8 @@ comptime DECODE_TOKENS = 64
 """Up to this many tokens the router runs clusters of 8 CTAs over 8-token blocks (every
 cluster's CTAs split the experts: the whole GPU reads the router weight), beyond it clusters of
 2 over 16-token blocks (fewer re-reads of x and of the weight)."""
+comptime DECODE_BLOCK = 8
+"""Tokens per cluster (or per CTA without clusters) of the decode router."""
 comptime VEC = 8
 """Elements per 16-byte load: H must be a multiple of it (the op's contract)."""
 comptime LOG_WARP = 5 if WARP_SIZE == 32 else 6
@@ -105,11 +111,16 @@ def _load_vec[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], i: Int) -> 
 
 
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(ROUTER_THREADS)))
-def _router_kernel[dtype: DType, CS: Int, BT: Int](
+def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
     ids: Pointer[Int32, MutAnyOrigin],
     weights: Pointer[Float32, MutAnyOrigin],
+    token_index: Pointer[Int64, MutAnyOrigin],
+    row_scale: Pointer[Float32, MutAnyOrigin],
+    inverse: Pointer[Int64, MutAnyOrigin],
+    offsets: Pointer[UInt32, MutAnyOrigin],
+    stats: Pointer[UInt32, MutAnyOrigin],
     T: Int32,
     H: Int32,
     E: Int32,
@@ -124,7 +135,10 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
     HS = `router_h_slices(EPC, H)`: when the CTA has fewer expert pairs than warps, the warps
     split H in HS slices (more loads in flight: the weight stream is latency-bound), partial
     dots summed in slice order. Dynamic shared memory: BT * EPC + (BT / CS) * E float32, plus
-    HS * BT * EPC when HS > 1."""
+    HS * BT * EPC when HS > 1. GROUP (one cluster holds every token, `router_groups`): after a
+    cluster barrier (release / acquire: every CTA's ids and weights are visible), CTA 0 also
+    groups the T * K assignments (`_group_small`; its shared memory is free by then: the barrier
+    also ends every remote read), so the op launches one kernel."""
     comptime TPR = BT // CS
     comptime assert TPR * CS == BT and TPR <= ROUTER_WARPS, "BT / CS tokens per CTA, a warp each"
     comptime assert 2 * BT <= WARP_SIZE and WARP_SIZE % (2 * BT) == 0, "2 BT partial dots per lane"
@@ -230,7 +244,12 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int](
                 row[unsafe_offset=e] = src[unsafe_offset=0]
         syncwarp()
         _rank_token(row, t0 + tl, ids, weights, n_e, Int(K), lane)
-    comptime if CS > 1:
+    comptime if GROUP:
+        _cluster_barrier[CS]()  # all ids and weights written; no remote reads pending
+        if rank == 0:
+            _group_small(ids, weights, token_index, row_scale, inverse, offsets, stats, Int(T) * Int(K), n_e,
+                         Int(K), smem.unsafe_bitcast[UInt32]())
+    elif CS > 1:
         cluster_sync()  # peers' shared memory must outlive every remote read
 
 
@@ -399,19 +418,106 @@ def _warp_inclusive_sum(v: UInt32, lane: Int) -> UInt32:
 
 
 @always_inline
-def _block_exclusive_sum(v: UInt32, warp_sums: SmemU32, warp: Int, lane: Int) -> UInt32:
-    """Exclusive sum of one value per thread of the CTA in thread order (every thread calls)."""
+def _block_exclusive_sum[WARPS: Int = SEGMENTS](v: UInt32, warp_sums: SmemU32, warp: Int, lane: Int) -> UInt32:
+    """Exclusive sum of one value per thread of a CTA of WARPS warps in thread order (every
+    thread calls)."""
+    comptime assert WARPS <= WARP_SIZE, "one warp scans the warp sums"
     var incl = _warp_inclusive_sum(v, lane)
     if lane == WARP_SIZE - 1:
         warp_sums[unsafe_offset=warp] = incl
     barrier()
     if warp == 0:
-        var total = warp_sums[unsafe_offset=lane] if lane < SEGMENTS else UInt32(0)
+        var total = warp_sums[unsafe_offset=lane] if lane < WARPS else UInt32(0)
         var wincl = _warp_inclusive_sum(total, lane)
-        if lane < SEGMENTS:
+        if lane < WARPS:
             warp_sums[unsafe_offset=lane] = wincl - total
     barrier()
     return warp_sums[unsafe_offset=warp] + incl - v
+
+
+comptime SMALL_GROUP_WORK = ROUTER_THREADS
+"""`_group_small` takes R assignments when R <= ROUTER_THREADS and R * ceil(E / ROUTER_THREADS)
+<= this (each thread scans the R ids once per expert it counts)."""
+
+
+def router_groups(R: Int, E: Int) -> Bool:
+    """Whether the router kernel's CTA 0 groups the R assignments itself (`_group_small`): R
+    fits one thread each, and counting E experts over R ids stays short."""
+    return 0 < R and R <= ROUTER_THREADS and R * ceildiv(E, ROUTER_THREADS) <= SMALL_GROUP_WORK
+
+
+@always_inline
+def _group_small(
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    token_index: Pointer[Int64, MutAnyOrigin],
+    row_scale: Pointer[Float32, MutAnyOrigin],
+    inverse: Pointer[Int64, MutAnyOrigin],
+    offsets: Pointer[UInt32, MutAnyOrigin],
+    stats: Pointer[UInt32, MutAnyOrigin],
+    n_r: Int,
+    n_e: Int,
+    n_k: Int,
+    smem: SmemU32,
+):
+    """One CTA of ROUTER_THREADS groups R assignments (`router_groups`) as `_group_kernel` does:
+    rows sorted by (expert, assignment), a_offsets and stats. Thread a holds assignment a; the
+    experts' counts are scans of the R ids in shared memory (no atomics), a_offsets their CTA
+    exclusive sum over contiguous expert chunks, and an assignment's row its expert's offset
+    plus the same-expert assignments before it. Shared memory: E + R uint32."""
+    var warp_sums = stack_allocation[ROUTER_WARPS, UInt32, address_space=AddressSpace.SHARED]()
+    var tid = thread_idx.x
+    var warp = tid // WARP_SIZE
+    var lane = tid % WARP_SIZE
+    var start = smem  # [E]: each expert's first sorted row
+    var ids_s = smem.unsafe_offset(n_e)  # [R]
+    var e_a = UInt32(0)
+    var w_a = Float32(0)
+    if tid < n_r:
+        e_a = UInt32(ids[unsafe_offset=tid])
+        w_a = weights[unsafe_offset=tid]
+        ids_s[unsafe_offset=tid] = e_a
+    barrier()
+    # thread t counts experts [t * per, +per) and sums them: the chunks in thread order
+    var per = ceildiv(n_e, ROUTER_THREADS)
+    var e0 = min(n_e, tid * per)
+    var e1 = min(n_e, e0 + per)
+    var chunk = UInt32(0)
+    var most = UInt32(0)
+    for e in range(e0, e1):
+        var c = UInt32(0)
+        for a in range(n_r):
+            c += UInt32(1) if ids_s[unsafe_offset=a] == UInt32(e) else UInt32(0)
+        start[unsafe_offset=e] = c
+        chunk += c
+        most = max(most, c)
+    var run = _block_exclusive_sum[ROUTER_WARPS](chunk, warp_sums, warp, lane)
+    for e in range(e0, e1):
+        var c = start[unsafe_offset=e]
+        start[unsafe_offset=e] = run
+        offsets[unsafe_offset=e] = run
+        run += c
+    if tid == 0:
+        offsets[unsafe_offset=n_e] = UInt32(n_r)
+    most = warp_max(most)
+    barrier()  # every start written; warp_sums free again
+    if lane == 0:
+        warp_sums[unsafe_offset=warp] = most
+    barrier()
+    if tid == 0:
+        var m = UInt32(0)
+        for q in range(ROUTER_WARPS):
+            m = max(m, warp_sums[unsafe_offset=q])
+        stats[unsafe_offset=0] = m
+        stats[unsafe_offset=1] = UInt32(n_e)
+    if tid < n_r:
+        var rank = 0
+        for a in range(tid):
+            rank += 1 if ids_s[unsafe_offset=a] == e_a else 0
+        var row = Int(start[unsafe_offset=Int(e_a)]) + rank
+        token_index[unsafe_offset=row] = Int64(tid // n_k)
+        row_scale[unsafe_offset=row] = w_a
+        inverse[unsafe_offset=tid] = Int64(row)
 
 
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(GROUP_THREADS)))
@@ -564,11 +670,16 @@ def _count_rows_and_clear(ids: Pointer[Int32, MutAnyOrigin], table: SmemU32, lo:
     return n
 
 
-def launch_router[dtype: DType, CS: Int, BT: Int](
+def launch_router[dtype: DType, CS: Int, BT: Int, GROUP: Bool = False](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
     ids: Pointer[Int32, MutAnyOrigin],
     weights: Pointer[Float32, MutAnyOrigin],
+    token_index: Pointer[Int64, MutAnyOrigin],
+    row_scale: Pointer[Float32, MutAnyOrigin],
+    inverse: Pointer[Int64, MutAnyOrigin],
+    offsets: Pointer[UInt32, MutAnyOrigin],
+    stats: Pointer[UInt32, MutAnyOrigin],
     T: Int,
     H: Int,
     E: Int,
@@ -576,14 +687,18 @@ def launch_router[dtype: DType, CS: Int, BT: Int](
     x_stride: Int,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the router kernel in clusters of CS CTAs over blocks of BT tokens (T > 0)."""
-    comptime router = _router_kernel[dtype, CS, BT]
+    """Enqueues the router kernel in clusters of CS CTAs over blocks of BT tokens (T > 0); with
+    GROUP (T <= BT and `router_groups(T K, E)`) it also writes the grouping outputs."""
+    comptime router = _router_kernel[dtype, CS, BT, GROUP]
     var epc = ceildiv(E, CS)
     var hs = router_h_slices(epc, H)
     var smem = (BT * epc * (1 + (hs if hs > 1 else 0)) + (BT // CS) * E) * 4
+    comptime if GROUP:
+        smem = max(smem, (E + T * K) * 4)
     comptime if CS > 1:
         ctx.enqueue_function[router](
-            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
+            x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
+            Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
             grid_dim=ceildiv(T, BT) * CS, block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
             cluster_dim=Dim(CS, 1, 1),
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
@@ -591,7 +706,8 @@ def launch_router[dtype: DType, CS: Int, BT: Int](
         )
     else:
         ctx.enqueue_function[router](
-            x, w, ids, weights, Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
+            x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
+            Int32(T), Int32(H), Int32(E), Int32(K), Int32(x_stride), Int32(hs),
             grid_dim=ceildiv(T, BT), block_dim=ROUTER_THREADS, shared_mem_bytes=smem,
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
             attributes=pdl_attributes(),
@@ -646,9 +762,18 @@ def route_gpu[dtype: DType](
     x_stride: Int,
     ctx: DeviceContext,
 ) raises:
-    """Enqueues the router (nothing for T == 0) and the grouping kernel (always: it writes
-    a_offsets and stats for R == 0 too)."""
+    """Enqueues the router (nothing for T == 0) and the grouping kernel (it writes a_offsets and
+    stats for R == 0 too), or, when one router cluster holds every token and
+    `router_groups(T K, E)`, the router alone grouping in its CTA 0 (decode: one launch)."""
     comptime path = gpu_path[FORCE_AUTO]()
+    if 0 < T and T <= DECODE_BLOCK and router_groups(T * K, E):
+        comptime if has_clusters(path):
+            launch_router[dtype, 8, DECODE_BLOCK, True](x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
+                                             T, H, E, K, x_stride, ctx)
+        else:
+            launch_router[dtype, 1, DECODE_BLOCK, True](x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
+                                             T, H, E, K, x_stride, ctx)
+        return
     if T > 0:
         # prefill with few enough experts: the tensor-core router on every target with mma.sync;
         # otherwise clusters where the target has them (8 CTAs per 8 tokens at decode)
@@ -659,11 +784,14 @@ def route_gpu[dtype: DType](
         else:
             comptime if has_clusters(path):
                 if T <= DECODE_TOKENS:
-                    launch_router[dtype, 8, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+                    launch_router[dtype, 8, DECODE_BLOCK](x, w, ids, weights, token_index, row_scale, inverse, offsets,
+                                               stats, T, H, E, K, x_stride, ctx)
                 else:
-                    launch_router[dtype, 2, 16](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+                    launch_router[dtype, 2, 16](x, w, ids, weights, token_index, row_scale, inverse, offsets,
+                                                stats, T, H, E, K, x_stride, ctx)
             else:
-                launch_router[dtype, 1, 8](x, w, ids, weights, T, H, E, K, x_stride, ctx)
+                launch_router[dtype, 1, DECODE_BLOCK](x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
+                                           T, H, E, K, x_stride, ctx)
     launch_group(ids, weights, token_index, row_scale, inverse, offsets, stats, T * K, E, K, ctx)
 
 
