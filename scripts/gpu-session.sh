@@ -10,6 +10,7 @@
 #   scripts/gpu-session.sh bench-decoder-sharded  # ShardedMoEDecoder on 1 GPU (and 2 if present)
 #   scripts/gpu-session.sh bench-targets         # forced Ampere / portable paths vs Hopper
 #   scripts/gpu-session.sh harness-grouped int4-sweep   # standalone binaries of .gpu-bin (carry it)
+#   scripts/gpu-session.sh harness-kcache harness-route  # K/V-cache and routing harnesses (.gpu-bin)
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -51,7 +52,7 @@ for part in "$@"; do
       python -c "import max.nn, mojo_gemm; mojo_gemm.kernels_package()" > "$work/warmup.log" 2>&1
       (timeout 420 $P tests/test_int4_op.py tests/test_grouped.py tests/test_grouped_no_sync.py \
          tests/test_fp8_quantize_op.py > "$work/quick1.log" 2>&1; echo "rc=$?" >> "$work/quick1.log") &
-      (timeout 420 $P tests/test_k_cache.py tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
+      (timeout 420 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
        echo "rc=$?" >> "$work/quick2.log") &
       wait
       grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/quick*.log ;;
@@ -77,6 +78,17 @@ for part in "$@"; do
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 300 .gpu-bin/grouped_gpu_harness \
         > "$work/grouped_harness.log" 2>&1; echo "rc=$?" >> "$work/grouped_harness.log"
       grep -hE "FAIL|ALL PASS|rc=" "$work/grouped_harness.log" ;;
+    harness-kcache)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/k_cache_gpu_harness.mojo)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 400 .gpu-bin/k_cache_gpu_harness \
+        > "$work/kcache_harness.log" 2>&1; echo "rc=$?" >> "$work/kcache_harness.log"
+      grep -hE "FAIL|fused K\+V|K op \+ V op|rc=" "$work/kcache_harness.log" ;;
+    harness-route)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/moe_route_gpu_harness.mojo
+      # benchmarks/mojo/moe_route_bench.mojo)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 200 .gpu-bin/moe_route_gpu_harness \
+        > "$work/route_harness.log" 2>&1; echo "rc=$?" >> "$work/route_harness.log"
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 200 .gpu-bin/moe_route_bench \
+        > "$work/route_bench.log" 2>&1; echo "rc=$?" >> "$work/route_bench.log"
+      grep -hE "FAIL|ALL PASS|rc=" "$work/route_harness.log" "$work/route_bench.log" ;;
     int4-sweep)  # carry .gpu-bin (scripts/build-gpu-bin -o int4_sweep benchmarks/mojo/int4_sweep.mojo)
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout $((${SWEEP_BUDGET_S:-300} + 120)) .gpu-bin/int4_sweep \
         --budget-s "${SWEEP_BUDGET_S:-300}" > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
