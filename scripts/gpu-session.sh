@@ -66,8 +66,10 @@ for part in "$@"; do
     bench-int4) bench bench_int4 "${BENCH_BUDGET_S:-240}" benchmarks/bench_int4_matmul.py --shapes llama ;;
     bench-int4-public)  # issue 19's run: 28 public layers x 7 M with humming-kernels (carry .wheels)
       bench bench_int4 "${BENCH_BUDGET_S:-500}" benchmarks/bench_int4_matmul.py --shapes public ;;
-    bench-grouped) bench bench_grouped "${BENCH_BUDGET_S:-230}" benchmarks/bench_grouped_matmul.py ;;
+    bench-grouped) bench bench_grouped "${BENCH_BUDGET_S:-480}" benchmarks/bench_grouped_matmul.py ;;
     bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
+    bench-kcache-public)  # issue 21's set: adds KV widths 256 / 2048 at hidden 3072 / 5120 / 7168
+      BENCH_PROBLEMS=public bench bench_kcache "${BENCH_BUDGET_S:-480}" benchmarks/bench_k_matmul_paged.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
     bench-decoder-sharded)  # the sharded decoder on 1 GPU and, where the machine has them, 2
