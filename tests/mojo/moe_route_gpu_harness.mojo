@@ -183,6 +183,8 @@ def main() raises:
     ok = run_case[DType.bfloat16](ctx, 8, 7168, 256, 8, 200) and ok
     ok = run_case[DType.bfloat16](ctx, 3, 136, 300, 1, 0) and ok
     ok = run_case[DType.float16](ctx, 8, 64, 1000, 32, 0) and ok
+    # LONG_CHUNK (H slices of >= 8 vectors per lane) without the CTA grouping, an H tail
+    ok = run_case[DType.bfloat16](ctx, 33, 4104, 128, 8, 200) and ok
     # several grouping CTAs (windows of group_window(R)): ragged last window, E = 1024, and
     # R past GROUP_MAX_CTAS windows of GROUP_WINDOW (wider windows)
     ok = run_case[DType.bfloat16](ctx, 1000, 64, 64, 6, 0) and ok

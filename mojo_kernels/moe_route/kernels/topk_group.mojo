@@ -4,7 +4,7 @@ programmatic dependents (common/pdl.mojo) that wait for their predecessor before
 Router (`_router_kernel`, clusters of CS CTAs of ROUTER_THREADS, a cluster per block of BT
 tokens): CTA `rank` of a cluster computes the logits of its share of the experts for the whole
 block; warp w takes local experts w, w + ROUTER_WARPS, ... two at a time, each lane holding
-CHUNK 16-byte vectors of both weight rows in registers while it runs them over the block's
+CHUNK (LONG_CHUNK for long H slices) 16-byte vectors of both weight rows in registers while it runs them over the block's
 token rows, float32 partial dots reduced by shuffles into the CTA's shared memory. After a
 cluster barrier each CTA ranks BT / CS of the block's tokens, a warp per token reading the
 token's E logits from all the cluster's CTAs (distributed shared memory): K rounds of "largest
@@ -54,7 +54,12 @@ comptime F32 = DType.float32
 comptime ROUTER_WARPS = 8
 comptime ROUTER_THREADS = ROUTER_WARPS * WARP_SIZE
 comptime CHUNK = 4
-"""16-byte vectors of each of a warp's two weight rows a lane holds at once."""
+"""16-byte vectors of each of a warp's two weight rows a lane holds at once ..."""
+comptime LONG_CHUNK = 8
+"""... and, in decode blocks of 8 tokens, where a warp's H slice spans at least this many vectors
+per lane (e.g. DeepSeek-V3's H = 7168 over 2 items per warp): twice the bytes in flight of the
+latency-bound weight stream (`router_chunk`; ptxas: 255 registers, 0-12 bytes of spill stores;
+with 16-token blocks it spills 528 bytes, so those keep CHUNK)."""
 comptime DECODE_TOKENS = 64
 """Up to this many tokens the router runs clusters of 8 CTAs over 8-token blocks (every
 cluster's CTAs split the experts: the whole GPU reads the router weight), beyond it clusters of
@@ -111,7 +116,7 @@ def _load_vec[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], i: Int) -> 
 
 
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(ROUTER_THREADS)))
-def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool](
+def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool, CH: Int](
     x: Pointer[Scalar[dtype], MutAnyOrigin],
     w: Pointer[Scalar[dtype], MutAnyOrigin],
     ids: Pointer[Int32, MutAnyOrigin],
@@ -171,7 +176,7 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool](
     wait_on_dependent_grids()
 
     # Work item i = (pair i % pairs: local experts 2 p and 2 p + 1, H slice i / pairs); warp
-    # `warp` takes items warp, warp + ROUTER_WARPS, ... Each lane keeps CHUNK 16-byte vectors of
+    # `warp` takes items warp, warp + ROUTER_WARPS, ... Each lane keeps CH 16-byte vectors of
     # both weight rows in registers and runs them over the block's tokens (x from L1 / L2),
     # 2 BT float32 partial dots per lane.
     var item = warp
@@ -187,12 +192,12 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool](
         var acc = SIMD[F32, 2 * BT](0)
         var c0 = h_lo + lane * VEC
         while c0 < h_hi:
-            var va = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
-            var vb = Array[SIMD[F32, VEC], CHUNK](fill=SIMD[F32, VEC](0))
+            var va = Array[SIMD[F32, VEC], CH](fill=SIMD[F32, VEC](0))
+            var vb = Array[SIMD[F32, VEC], CH](fill=SIMD[F32, VEC](0))
             # No branch around a load, so all of them can be in flight at once: columns past
             # the slice re-read its last vector against zero weights, tokens past the block
             # re-read the last token (their dots are never stored).
-            comptime for i in range(CHUNK):
+            comptime for i in range(CH):
                 var c = c0 + i * SPAN
                 var live = c < h_hi
                 var cc = min(c, h_hi - VEC)
@@ -204,13 +209,13 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool](
                 var xr = x.unsafe_offset(min(t0 + t, Int(T) - 1) * xs)
                 var sa = SIMD[F32, VEC](0)
                 var sb = SIMD[F32, VEC](0)
-                comptime for i in range(CHUNK):
+                comptime for i in range(CH):
                     var xv = _load_vec(xr, min(c0 + i * SPAN, h_hi - VEC))
                     sa = xv.fma(va[i], sa)
                     sb = xv.fma(vb[i], sb)
                 acc[t] += sa.reduce_add()
                 acc[BT + t] += sb.reduce_add()
-            c0 += CHUNK * SPAN
+            c0 += CH * SPAN
         var dot = _reduce_scatter[2 * BT](acc, lane)  # lane l: slot l % (2 BT) over the warp
         comptime for step in range(LOG_WARP):
             comptime off = 1 << step
@@ -689,12 +694,43 @@ def launch_router[dtype: DType, CS: Int, BT: Int, GROUP: Bool = False](
 ) raises:
     """Enqueues the router kernel in clusters of CS CTAs over blocks of BT tokens (T > 0); with
     GROUP (T <= BT and `router_groups(T K, E)`) it also writes the grouping outputs."""
-    comptime router = _router_kernel[dtype, CS, BT, GROUP]
     var epc = ceildiv(E, CS)
     var hs = router_h_slices(epc, H)
     var smem = (BT * epc * (1 + (hs if hs > 1 else 0)) + (BT // CS) * E) * 4
     comptime if GROUP:
         smem = max(smem, (E + T * K) * 4)
+    comptime if BT <= DECODE_BLOCK:  # 16-token blocks at LONG_CHUNK spill (ptxas: 528 bytes)
+        if router_chunk(H, hs) == LONG_CHUNK:
+            _enqueue_router[dtype, CS, BT, GROUP, LONG_CHUNK](
+                x, w, ids, weights, token_index, row_scale, inverse, offsets, stats, T, H, E, K, x_stride, hs,
+                smem, ctx)
+            return
+    _enqueue_router[dtype, CS, BT, GROUP, CHUNK](
+        x, w, ids, weights, token_index, row_scale, inverse, offsets, stats, T, H, E, K, x_stride, hs,
+        smem, ctx)
+
+
+def _enqueue_router[dtype: DType, CS: Int, BT: Int, GROUP: Bool, CH: Int](
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    w: Pointer[Scalar[dtype], MutAnyOrigin],
+    ids: Pointer[Int32, MutAnyOrigin],
+    weights: Pointer[Float32, MutAnyOrigin],
+    token_index: Pointer[Int64, MutAnyOrigin],
+    row_scale: Pointer[Float32, MutAnyOrigin],
+    inverse: Pointer[Int64, MutAnyOrigin],
+    offsets: Pointer[UInt32, MutAnyOrigin],
+    stats: Pointer[UInt32, MutAnyOrigin],
+    T: Int,
+    H: Int,
+    E: Int,
+    K: Int,
+    x_stride: Int,
+    hs: Int,
+    smem: Int,
+    ctx: DeviceContext,
+) raises:
+    """Enqueues one instantiation of the router kernel (`launch_router` picks it)."""
+    comptime router = _router_kernel[dtype, CS, BT, GROUP, CH]
     comptime if CS > 1:
         ctx.enqueue_function[router](
             x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
@@ -712,6 +748,12 @@ def launch_router[dtype: DType, CS: Int, BT: Int, GROUP: Bool = False](
             func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
             attributes=pdl_attributes(),
         )
+
+
+def router_chunk(H: Int, hs: Int) -> Int:
+    """16-byte vectors per weight row a router lane loads at once: LONG_CHUNK where each H slice
+    spans at least LONG_CHUNK vectors per lane, else CHUNK (more would load past the slice)."""
+    return LONG_CHUNK if ceildiv(ceildiv(H, hs), WARP_SIZE * VEC) >= LONG_CHUNK else CHUNK
 
 
 def router_h_slices(epc: Int, H: Int) -> Int:
