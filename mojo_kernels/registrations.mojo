@@ -133,7 +133,7 @@ struct GroupedMatmulSm100PersistentInplace[
 
 # ---- k_matmul_ragged_paged_scale (issue 5): FP8 block-scaled K projection into MAX's paged cache
 from extensibility import _MutableInputTensor
-from .k_cache_matmul.entry import cache_matmul, kv_matmul_ragged_paged_scale
+from .k_cache_matmul.entry import cache_matmul, half_matmul_ragged_paged_scale
 from .k_cache_matmul.layout import KV_BOTH, K_HALF, V_HALF
 from .k_cache_matmul.plan import write_k_cache_gpu_plan
 
@@ -174,7 +174,7 @@ struct KMatmulRaggedPagedScale[
         layer_idx: UInt32,
         ctx: DeviceContext,
     ) raises:
-        kv_matmul_ragged_paged_scale[
+        half_matmul_ragged_paged_scale[
             Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, K_HALF, target,
             Self.force_path,
         ](
@@ -207,7 +207,7 @@ struct VMatmulRaggedPagedScale[
         layer_idx: UInt32,
         ctx: DeviceContext,
     ) raises:
-        kv_matmul_ragged_paged_scale[
+        half_matmul_ragged_paged_scale[
             Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, V_HALF, target,
             Self.force_path,
         ](

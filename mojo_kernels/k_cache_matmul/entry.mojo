@@ -24,7 +24,7 @@ from .dispatch import k_cache_gpu_plan_text, k_cache_matmul_gpu
 from .layout import F32Ptr, Fp8Ptr, KCacheShape, KV_BOTH, K_HALF, U32Ptr, V_HALF, op_name
 
 
-def kv_matmul_ragged_paged_scale[
+def half_matmul_ragged_paged_scale[
     in_dtype: DType, cache_dtype: DType, //, gm: Int, gn: Int, gk: Int, half: Int, target: StaticString,
     force: Int = 0,
 ](
@@ -43,10 +43,10 @@ def kv_matmul_ragged_paged_scale[
     layer_idx: UInt32,
     ctx: DeviceContext,
 ) raises:
-    """See KMatmulRaggedPagedScale in registrations.mojo; `half` is K_HALF or V_HALF, `force` a
-    FORCE_* value of common/target.mojo (`launch_k_cache_matmul`'s GPU path). Raises an
-    Error naming the tensor for a bad shape, a page_stride below one page, or layer_idx >= the
-    cache's layers."""
+    """The K op or its V twin (one weight): see KMatmulRaggedPagedScale in registrations.mojo;
+    `half` is K_HALF or V_HALF, `force` a FORCE_* value of common/target.mojo
+    (`launch_k_cache_matmul`'s GPU path). Raises an Error naming the tensor for a bad shape, a
+    page_stride below one page, or layer_idx >= the cache's layers."""
     comptime assert half == K_HALF or half == V_HALF, "one half: K_HALF or V_HALF"
     cache_matmul[gm, gn, gk, half, target, force](
         hidden_state, input_row_offsets, weight, weight, input_scale, weight_scale, weight_scale, kv_scale,

@@ -24,7 +24,7 @@ from std.sys import argv
 
 from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, gpu_arch, gpu_path, has_fp8_mma
 
-from mojo_kernels.k_cache_matmul.entry import cache_matmul, kv_matmul_ragged_paged_scale
+from mojo_kernels.k_cache_matmul.entry import cache_matmul, half_matmul_ragged_paged_scale
 from mojo_kernels.k_cache_matmul.dispatch import k_cache_gpu_plan_text
 from mojo_kernels.k_cache_matmul.layout import KV_BOTH, K_HALF, V_HALF
 from mojo_kernels.k_cache_matmul.plan import plan_shape
@@ -179,7 +179,7 @@ def run_case[
                           var lut_cols, var nkv, var layer, var ctx, var calls, var wcopies}:
         var w_ptr = d_w.unsafe_ptr().unsafe_offset((calls[] % wcopies) * N * K)
         calls[] += 1
-        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu", force](
+        half_matmul_ragged_paged_scale[gm, gn, gk, half, "gpu", force](
             In2[FP8](d_x.unsafe_ptr(), IndexList[2](T, K)),
             In1[DType.uint32](d_off.unsafe_ptr(), IndexList[1](B + 1)),
             In2[FP8](w_ptr, IndexList[2](N, K)),
@@ -206,7 +206,7 @@ def run_case[
         ctx.enqueue_copy(g_arena, d_arena)
         ctx.synchronize()
         var host = DeviceContext(api="cpu")
-        kv_matmul_ragged_paged_scale[gm, gn, gk, half, "cpu"](
+        half_matmul_ragged_paged_scale[gm, gn, gk, half, "cpu"](
             In2[FP8](h_x, IndexList[2](T, K)),
             In1[DType.uint32](h_off, IndexList[1](B + 1)),
             In2[FP8](h_w, IndexList[2](N, K)),
@@ -410,10 +410,10 @@ def fused_case[
                 x, off, In2[FP8](kw, IndexList[2](N, K)), In2[FP8](vw, IndexList[2](N, K)), a_s, kws, vws,
                 In1[F32](d_kvs.unsafe_ptr(), IndexList[1](2 * nkv)), blocks, ps, cl, lut, mp, mc, UInt32(layer), ctx)
         else:
-            kv_matmul_ragged_paged_scale[gm, gn, gk, K_HALF, "gpu"](
+            half_matmul_ragged_paged_scale[gm, gn, gk, K_HALF, "gpu"](
                 x, off, In2[FP8](kw, IndexList[2](N, K)), a_s, kws, In1[F32](d_kvs.unsafe_ptr(), IndexList[1](nkv)),
                 blocks, ps, cl, lut, mp, mc, UInt32(layer), ctx)
-            kv_matmul_ragged_paged_scale[gm, gn, gk, V_HALF, "gpu"](
+            half_matmul_ragged_paged_scale[gm, gn, gk, V_HALF, "gpu"](
                 x, off, In2[FP8](vw, IndexList[2](N, K)), a_s, vws,
                 In1[F32](d_kvs.unsafe_ptr().unsafe_offset(nkv), IndexList[1](nkv)),
                 blocks, ps, cl, lut, mp, mc, UInt32(layer), ctx)
