@@ -7,13 +7,17 @@ fast kernels must use (CI: no GPU needed).
 Each entry of CHECKS is (name, harness, arch, required, forbidden): the harness (a Mojo program
 under the repository root, built with `mojo build -I <root> --target-accelerator <arch>
 --emit asm`, which writes one .ptx per kernel) must yield PTX in which every `required`
-regular expression matches at least once and no `forbidden` one matches. Add an entry to check
-another kernel. Exit status 1 when any check fails; the summary names the missing patterns.
+regular expression matches at least once and no `forbidden` one matches; where `ptxas` is on
+PATH, no kernel of it may spill more than `max_spill_bytes` per thread (`ptxas -v`, the
+assembler's register allocation: spills the PTX cannot show; the limits are today's maxima, so a
+change that adds spills fails). Add an entry to check another kernel. Exit status 1 when any
+check fails; the summary names the missing patterns.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -61,6 +65,8 @@ class PtxCheck:
     """Regular expressions that must each match somewhere in the harness's PTX."""
     forbidden: tuple[str, ...] = field(default=())
     """Regular expressions that must match nowhere."""
+    max_spill_bytes: int | None = None
+    """Most bytes of spill stores `ptxas -v` may report for any kernel (None: not checked)."""
 
 
 GROUPED_HARNESS = "tests/mojo/grouped_gpu_harness.mojo"
@@ -76,6 +82,7 @@ MOE_ROUTE_HARNESS = "tests/mojo/moe_route_gpu_harness.mojo"
 CHECKS: tuple[PtxCheck, ...] = (
     PtxCheck(
         name="int4_sm90",
+        max_spill_bytes=88,
         harness=INT4_HARNESS,
         arch="sm_90a",
         required=(
@@ -87,6 +94,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="k_cache_sm90",
+        max_spill_bytes=140,
         harness=K_CACHE_HARNESS,
         arch="sm_90a",
         required=(
@@ -96,6 +104,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="grouped_sm90",
+        max_spill_bytes=0,
         harness=GROUPED_HARNESS,
         arch="sm_90a",
         required=(
@@ -112,6 +121,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="grouped_sm100",
+        max_spill_bytes=24,
         harness=GROUPED_HARNESS,
         arch="sm_100a",
         required=(
@@ -131,6 +141,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="moe_route_sm90",
+        max_spill_bytes=28,
         harness=MOE_ROUTE_HARNESS,
         arch="sm_90a",
         required=(
@@ -172,6 +183,29 @@ def evaluate(check: PtxCheck, ptx_files: list[Path]) -> list[str]:
     return problems
 
 
+SPILLS = re.compile(r"(\d+) bytes spill stores")
+
+
+def spill_problems(check: PtxCheck, ptx_files: list[Path]) -> list[str]:
+    """The kernels `ptxas -v` reports with more spill stores than check.max_spill_bytes (none
+    when the check sets no limit or ptxas is not on PATH)."""
+    ptxas = shutil.which("ptxas")
+    if check.max_spill_bytes is None or ptxas is None:
+        return []
+    problems = []
+    for ptx in ptx_files:
+        run = subprocess.run([ptxas, f"-arch={check.arch}", "-v", str(ptx), "-o", os.devnull],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            problems.append(f"ptxas failed on {ptx.name}: {run.stderr.strip()[-300:]}")
+            continue
+        worst = max((int(m) for m in SPILLS.findall(run.stderr)), default=0)
+        if worst > check.max_spill_bytes:
+            problems.append(f"{ptx.name}: {worst} bytes of spill stores (ptxas -v), more than "
+                            f"the {check.max_spill_bytes} allowed")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,7 +229,8 @@ def main() -> int:
             t0 = time.perf_counter()
             out_dir = (args.keep or tmp) / check.name
             try:
-                problems = evaluate(check, build_ptx(check, out_dir))
+                ptx_files = build_ptx(check, out_dir)
+                problems = evaluate(check, ptx_files) + spill_problems(check, ptx_files)
             except RuntimeError as err:
                 problems = [str(err)]
             status = "OK" if not problems else "FAIL"
