@@ -3,10 +3,9 @@
 x bf16 [T, hidden] → `quantize_fp8_rows` (e4m3 per token per `block` columns, on the graph) →
 `kv_matmul_ragged_paged_scale` (the K and V halves in one op: what `k_matmul_ragged_paged_scale`
 and its V twin `v_matmul_ragged_paged_scale` write), block-scaled e4m3 weights and fp32
-accumulation. Nothing is returned:
-the cache is written in place. On CPU the e4m3 weights are uint8 bit patterns (MAX 26.7 CPU
-graphs cannot hold float8), on GPU float8_e4m3fn; `state_from_float` / `fp8_state` build the
-matching state dict.
+accumulation. Nothing is returned: the cache is written in place. On CPU the e4m3 weights are
+uint8 bit patterns (MAX 26.7 CPU graphs cannot hold float8), on GPU float8_e4m3fn;
+`state_from_float` / `fp8_state` build the matching state dict.
 """
 
 from __future__ import annotations
