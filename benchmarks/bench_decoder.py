@@ -27,7 +27,8 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   bucket replayed REPLAYS times back to back and synchronized once (`replay_ms`, the device
   time per step); tok/s = batch / replay_ms.
 - prefill (eager): {512, 4096} tokens as 8 sequences of T/8, fresh sequences per call, median
-  of `runner.step` wall times (`step_ms`).
+  of `runner.step` wall times (`step_ms`: inputs in, execute, the next ids on the host; the
+  [T, vocab] logits stay on the device, as a server's prefill leaves them).
 - breakdown: a CUPTI trace (torch.profiler) of one replay (decode) or one step (prefill):
   kernel µs of ours (names containing "mojo_kernels"), attention (MAX's mha kernels) and the
   rest, as durations (`*_us`, overlapping under programmatic launches) and as shares of the
@@ -636,8 +637,9 @@ def main() -> None:
          "idle_us", "ours_us", "attn_us", "rest_us"],
         method=f"DecoderConfig.olmoe(num_layers={config.num_layers}) (vocab 256); decode "
                f"captured: replay_ms = {REPLAYS} replays back to back / {REPLAYS}, step_ms = "
-               "best of 3 runner.step; prefill eager: median runner.step over "
-               f"{PREFILL_REPS} calls (MAX: 1), 8 fresh sequences; CUPTI trace of one "
+               "best of 3 runner.step; prefill eager: median runner.step (through the next "
+               f"ids; logits left on the device) over {PREFILL_REPS} calls (MAX: 1), 8 fresh "
+               "sequences; CUPTI trace of one "
                "replay / step (ours = mojo_kernels, attn = MAX mha): *_crit_us each part's "
                "share of the critical path (+ idle_us = span_us), *_us summed kernel "
                "durations (overlapping under programmatic launches); floors: see "

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from max.driver import CPU, Accelerator, Buffer, Device
@@ -186,13 +185,24 @@ class PagedKVCache:
         return blocks[ids, 0, layer, pos % page], blocks[ids, 1, layer, pos % page]
 
 
-@dataclass(frozen=True)
 class StepOutput:
-    """One step's results: logits float32 [T, vocab], next ids int64 [B], wall seconds."""
+    """One step's results: logits float32 [T, vocab], next ids int64 [B], wall seconds.
 
-    logits: np.ndarray
-    next_ids: np.ndarray
-    seconds: float
+    An eager step's logits stay where the graph wrote them until `logits` is first read (a
+    prefill of 4096 tokens returns 4 MB of them; generation needs only the next ids), so
+    `seconds` covers the step through its next ids on the host."""
+
+    def __init__(self, logits: np.ndarray | Buffer, next_ids: np.ndarray, seconds: float) -> None:
+        self._logits = logits
+        self.next_ids = next_ids
+        self.seconds = seconds
+
+    @property
+    def logits(self) -> np.ndarray:
+        """float32 [T, vocab], copied to the host on first read."""
+        if not isinstance(self._logits, np.ndarray):
+            self._logits = to_numpy(self._logits)
+        return self._logits
 
 
 class DecodeGraph:
@@ -380,7 +390,9 @@ class DecoderRunner:
             inputs += [Buffer.from_numpy(flat).to(dev), Buffer.from_numpy(offsets).to(dev)]
         inputs += [*self.cache.step_inputs(counts, sequences), *self._signals]
         logits, next_ids = self.model.execute(*inputs)
-        out = StepOutput(to_numpy(logits), to_numpy(next_ids).astype(np.int64),
-                         time.perf_counter() - start)
+        # the next ids wait for the whole step; the logits are copied only when read (each
+        # execute returns fresh buffers, so reading them later is safe)
+        next_host = to_numpy(next_ids).astype(np.int64)
+        out = StepOutput(logits, next_host, time.perf_counter() - start)
         self.cache.commit(counts, sequences)
         return out
