@@ -80,7 +80,7 @@ BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "330"))
 MAX_CAP_S = float(os.environ.get("BENCH_MAX_CAP_S", "1.0"))
 MAX_NAIVE_FLOPS = 0.5e12
 """MAX 26.7's naive grouped kernel rate on the H200 (measured: ~0.5 TFLOP/s at prefill sizes)."""
-BW_BAR = 0.8 * 4.24e12
+BW_BAR = 0.8 * harness.H200_BANDWIDTH
 """Issue 20's decode bar (T in BW_BAR_T, banks >= BW_BAR_BANK bytes): 80 % of 4.24 TB/s on the
 active experts' weight bytes, by kernel time."""
 BW_BAR_T = (8, 64)
