@@ -287,7 +287,7 @@ def logits_and_next(normed: TensorValue, lm_head: TensorValue,
     input_row_offsets uint32 [B + 1] -> (logits float32 [T, V], the greedy next token int64 [B]
     of each sequence: argmax at its last new token)."""
     # computed as (lm_head · normedᵀ)ᵀ: with the tokens on the product's column side (a symbolic
-    # dimension) MAX 26.7's float32 matmul takes its GEMV (one token) or the vendor GEMM, where
+    # dimension) MAX's float32 matmul takes its GEMV (one token) or the vendor GEMM, where
     # [T, H] · [H, V] with static N and K takes a split-K tile kernel that costs ~31 µs at
     # 8 x 2048 x 256 (the decode step's LM head)
     logits = ops.transpose(ops.matmul(_f32(lm_head), normed.T), 0, 1)
