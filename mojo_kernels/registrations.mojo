@@ -291,6 +291,38 @@ struct KMatmulRaggedPagedScalePlan[
         )
 
 
+# ---- fp8_blockwise_matmul: the K-cache op's kernels with a dense bf16 output
+from .k_cache_matmul.dense import fp8_blockwise_matmul
+
+
+@extensibility.register("fp8_blockwise_matmul")
+struct Fp8BlockwiseMatmul[
+    m_scale_granularity: Int, n_scale_granularity: Int, k_scale_granularity: Int, force_path: Int = 0
+]:
+    """FP8 block-scaled matmul with a dense bfloat16 output (k_cache_matmul/dense.mojo).
+
+    output[m, n] = sum_k a[m, k] w[n, k] a_scale[k // gk, m // gm] w_scale[n // gn, k // gk] in
+    fp32 (promoted per gk block), rounded once. Shapes: output [M, N] bfloat16; a [M, K], w [N, K]
+    float8_e4m3fn (uint8 bits on CPU); a_scale float32 [ceil(K/gk), >= ceil(M/gm)]; w_scale
+    float32 [ceil(N/gn), ceil(K/gk)]. Parameters and force_path as k_matmul_ragged_paged_scale's;
+    the launch plan is that op's for (T = M, N, K) (`k_matmul_ragged_paged_scale_plan`).
+    """
+
+    @staticmethod
+    def execute[in_dtype: DType, //, target: StaticString](
+        output: OutputTensor[dtype=DType.bfloat16, rank=2, ...],
+        a: InputTensor[dtype=in_dtype, rank=2, ...],
+        a_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        w: InputTensor[dtype=in_dtype, rank=2, ...],
+        w_scale: InputTensor[dtype=DType.float32, rank=2, ...],
+        ctx: DeviceContext,
+    ) raises:
+        fp8_blockwise_matmul[
+            Self.m_scale_granularity, Self.n_scale_granularity, Self.k_scale_granularity, target,
+            Self.force_path,
+        ](output, a, a_scale, w, w_scale, ctx)
+
+
 # ---- quantize_fp8_rows (issue 6): per-token, per-block e4m3 activation quantizer
 from .fp8_quant.entry import quantize_fp8_rows
 

@@ -1,6 +1,6 @@
 """ONE graph per device holding the op instances of tests/test_moe_route.py,
-tests/test_moe_combine.py and tests/test_fp8_quantize_op.py (pure-op graphs with a symbolic
-token count and no weights), so the three files share one compile. Each file's
+tests/test_moe_combine.py, tests/test_fp8_quantize_op.py and tests/test_fp8_matmul.py (pure-op
+graphs with a symbolic token count and no weights), so the four files share one compile. Each file's
 `compiled(device)` returns a `Part` whose `execute` feeds the other files' inputs empty (T = 0,
 which every op accepts) and returns only its own outputs."""
 
@@ -16,7 +16,10 @@ from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
 from mojo_gemm.core.host import to_buffer
+from mojo_gemm.fp8.matmul import fp8_blockwise_matmul
 from mojo_gemm.fp8.op import quantize_fp8_rows
+from mojo_gemm.fp8.quant import fp8_buffer
+from mojo_gemm.k_cache.op import fp8_dtype_for
 from mojo_gemm.router.combine import moe_combine
 from mojo_gemm.router.op import moe_route
 
@@ -42,6 +45,7 @@ class Part:
 
 @cache
 def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
+    from test_fp8_matmul import CASES as MATMUL_CASES
     from test_fp8_quantize_op import CASES as QUANT_CASES
     from test_moe_combine import CASES as COMBINE_CASES
     from test_moe_route import CASES as ROUTE_CASES
@@ -56,6 +60,12 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
     for n, c in enumerate(COMBINE_CASES):
         types += [TensorType(c.dtype, [f"Rc{n}", c.hidden], dref),
                   TensorType(DType.int64, [f"Rc{n}"], dref)]
+    fp8 = fp8_dtype_for(dref)
+    for n, c in enumerate(MATMUL_CASES):
+        types += [TensorType(fp8, ["Tm", c.k], dref),
+                  TensorType(DType.float32, [c.k_blocks, f"Tms{n}"], dref),
+                  TensorType(fp8, [c.n, c.k], dref),
+                  TensorType(DType.float32, [c.n_blocks, c.k_blocks], dref)]
     with Graph(f"moe_route_quantize_{device_kind}", input_types=types) as g:
         outs = []
         for n, c in enumerate(ROUTE_CASES):
@@ -69,12 +79,17 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
         for n, c in enumerate(COMBINE_CASES):
             y, inverse = g.inputs[first + 2 * n].tensor, g.inputs[first + 2 * n + 1].tensor
             outs.append(moe_combine(y, inverse, c.top_k))
+        first += 2 * len(COMBINE_CASES)
+        for n, c in enumerate(MATMUL_CASES):
+            a, a_scale, w, w_scale = (x.tensor for x in g.inputs[first + 4 * n:first + 4 * n + 4])
+            outs.append(fp8_blockwise_matmul(a, a_scale, w, w_scale, c.gran))
         g.output(*outs)
     session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
     return session.load(g), dev, types
 
 
 def _part(device_kind: str, which: str) -> tuple[Part, Device]:
+    from test_fp8_matmul import CASES as MATMUL_CASES
     from test_fp8_quantize_op import CASES as QUANT_CASES
     from test_moe_combine import CASES as COMBINE_CASES
     from test_moe_route import CASES as ROUTE_CASES
@@ -84,13 +99,20 @@ def _part(device_kind: str, which: str) -> tuple[Part, Device]:
     idle = []
     for t in types:  # symbolic dims (token counts) 0, static ones as they are
         shape = tuple(d.dim if hasattr(d, "dim") else 0 for d in t.shape)
-        idle.append(to_buffer(np.zeros(shape), t.dtype).to(dev))
+        if t.dtype == DType.float8_e4m3fn:
+            idle.append(fp8_buffer(np.zeros(shape, np.uint8), dev))
+        else:
+            idle.append(to_buffer(np.zeros(shape), t.dtype).to(dev))
     n_route_in, n_route_out = 2 * len(ROUTE_CASES), ROUTE_OUTPUTS * len(ROUTE_CASES)
     if which == "quantize":
         return Part(model, n_route_in, n_route_out, 2 * len(QUANT_CASES), idle), dev
     if which == "combine":
         return Part(model, n_route_in + len(QUANT_CASES), n_route_out + 2 * len(QUANT_CASES),
                     len(COMBINE_CASES), idle), dev
+    if which == "fp8_matmul":
+        return Part(model, n_route_in + len(QUANT_CASES) + 2 * len(COMBINE_CASES),
+                    n_route_out + 2 * len(QUANT_CASES) + len(COMBINE_CASES),
+                    len(MATMUL_CASES), idle), dev
     return Part(model, 0, 0, n_route_out, idle), dev
 
 
@@ -102,6 +124,11 @@ def route_part(device_kind: str) -> tuple[Part, Device]:
 def quantize_part(device_kind: str) -> tuple[Part, Device]:
     """test_fp8_quantize_op's slice: one x per case; data, scales per case."""
     return _part(device_kind, "quantize")
+
+
+def fp8_matmul_part(device_kind: str) -> tuple[Part, Device]:
+    """test_fp8_matmul's slice: a, a_scale, w, w_scale per case; out per case."""
+    return _part(device_kind, "fp8_matmul")
 
 
 def combine_part(device_kind: str) -> tuple[Part, Device]:

@@ -5,14 +5,14 @@ one scale block at a time (gk columns, processed in sub-chunks of at most KC), c
 tokens' fp8 values to fp32 once per sub-chunk, and for each column accumulates the block's dot
 products in fp32 SIMD registers; the block sum is then multiplied by
 input_scale[kb, t // gm] * weight_scale[n // gn, kb] and added to the fp32 result (one rounding
-per block, like DeepGEMM's promotion). The epilogue divides by kv_scale for an fp8 cache, casts
-to the cache dtype and writes the row straight into the paged cache.
+per block, like DeepGEMM's promotion). The epilogue divides by kv_scale for an fp8 destination,
+casts to its dtype and writes the row straight into the sink's row (sink.mojo: a paged-cache slot
+or a dense row).
 """
 
 from std.math import ceildiv
 from std.memory import stack_allocation
 from max.algorithm import sync_parallelize
-from kv_cache.types import KVCacheT
 
 from .layout import (
     F32Ptr,
@@ -21,8 +21,8 @@ from .layout import (
     U32Ptr,
     is_fp8_cache,
     store_cast,
-    token_slot,
 )
+from .sink import RowSink, row_ptr
 
 comptime F32 = DType.float32
 comptime MR = 4
@@ -50,7 +50,7 @@ def _dot(a: F32Ptr, w: F32Ptr, n: Int) -> Float32:
     return s
 
 
-def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
+def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, sink_t: RowSink](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -59,12 +59,10 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
 ) raises:
-    """Computes the block-scaled product and writes each valid token's row into `k_cache`."""
-    comptime page_size = cache_t.page_size_
-    comptime head_dim = cache_t.kv_params.head_size
+    """Computes the block-scaled product and writes each valid token's row into `sink`."""
     var T = Int(shape.T)
     var N = Int(shape.N)
     if T == 0 or N == 0:
@@ -73,7 +71,7 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
     var n_tiles = ceildiv(N, NT)
 
     def item(i: Int) raises {var hidden, var offsets, var weight, var in_scale, var w_scale, var kv_scale,
-                              var cache_lengths, var lut, var k_cache, var shape, var n_tiles}:
+                              var cache_lengths, var lut, var sink, var shape, var n_tiles}:
         var g = i // n_tiles
         var tile = i % n_tiles
         var T_ = Int(shape.T)
@@ -85,17 +83,13 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
         var n0 = tile * NT
         var cols = min(NT, N_ - n0)
         # which rows have a destination
-        var seq = stack_allocation[MR, Int]()
-        var pos = stack_allocation[MR, Int]()
+        var addrs = stack_allocation[MR, Int]()
         var any_valid = False
         for r in range(MR):
-            seq[unsafe_offset=r] = -1
+            addrs[unsafe_offset=r] = 0
             if r < rows:
-                var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + r)
-                if slot[0] >= 0:
-                    seq[unsafe_offset=r] = slot[0]
-                    pos[unsafe_offset=r] = slot[1]
-                    any_valid = True
+                addrs[unsafe_offset=r] = sink.row_addr(offsets, cache_lengths, lut, shape, t0 + r)
+                any_valid = any_valid or addrs[unsafe_offset=r] != 0
         if not any_valid:
             return
         var acc = stack_allocation[MR * NT, Float32]()
@@ -130,16 +124,16 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT](
                     var sw = w_scale[unsafe_offset=((n0 + c) // gn) * Int(shape.ws_stride) + kb]
                     acc[unsafe_offset=r * NT + c] += part[unsafe_offset=r * NT + c] * (sa * sw)
         for r in range(rows):
-            var b = seq[unsafe_offset=r]
-            if b < 0:
+            var addr = addrs[unsafe_offset=r]
+            if addr == 0:
                 continue
-            var dst = k_cache.block_paged_ptr[1](b, pos[unsafe_offset=r], 0, 0)
+            var dst = row_ptr[sink_t](addr)
             for c in range(cols):
                 var n = n0 + c
                 var v = acc[unsafe_offset=r * NT + c]
-                comptime if is_fp8_cache[cache_t.dtype]():
-                    var h = n // head_dim if Int(shape.n_kv_scale) > 1 else 0
+                comptime if is_fp8_cache[sink_t.dtype]():
+                    var h = n // sink_t.group if Int(shape.n_kv_scale) > 1 else 0
                     v = v / kv_scale[unsafe_offset=h]
-                dst[unsafe_offset=n] = store_cast[cache_t.dtype, 1](SIMD[F32, 1](v))
+                dst[unsafe_offset=n] = store_cast[sink_t.dtype, 1](SIMD[F32, 1](v))
 
     sync_parallelize(item, n_groups * n_tiles)

@@ -32,7 +32,6 @@ barrier() only. First match wins:
 
 from std.math import ceildiv
 from max.gpu.host import DeviceContext
-from kv_cache.types import KVCacheT
 
 from ..common.pdl import pdl_attributes
 from ..common.target import PATH_HOPPER, PATH_PORTABLE
@@ -42,6 +41,7 @@ from .kernels.tiles import THREADS
 from .kernels.wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
 from .kernels.wgmma_decode import MAX_TOKENS, ROWS, SPLIT_MAX, decode_config, decode_split_config, launch_wgmma_decode
 from .layout import F32Ptr, Fp8Ptr, KCacheShape, U32Ptr
+from .sink import RowSink
 from .tuning_sm90 import MMA_DECODE, MMA_DECODE_LARGE_N, MMA_MID, MMA_MID_LARGE_N, MMA_PREFILL
 
 comptime WGMMA_MIN_TOKENS = 128
@@ -145,31 +145,31 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp
     return String("simt")
 
 
-def _launch_mma[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
+def _launch_mma[sink_t: RowSink, gm: Int, gn: Int, gk: Int, cfg: MmaConfig](
     hidden: Fp8Ptr, offsets: U32Ptr, in_scale: F32Ptr, cache_lengths: U32Ptr, lut: U32Ptr,
     shape: KCacheShape,
     k_weight: Fp8Ptr,
     k_w_scale: F32Ptr,
     k_kv_scale: F32Ptr,
-    k_cache: cache_t,
+    k_sink: sink_t,
     v_weight: Fp8Ptr,
     v_w_scale: F32Ptr,
     v_kv_scale: F32Ptr,
-    v_cache: cache_t,
+    v_sink: sink_t,
     both: Bool,
     ctx: DeviceContext,
 ) raises:
-    comptime kernel = mma_splitk_kernel[cache_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows, cfg.rotate]
+    comptime kernel = mma_splitk_kernel[sink_t, gm, gn, gk, cfg.mt, cfg.nb, cfg.u, cfg.late_rows, cfg.rotate]
     ctx.enqueue_function[kernel](
         hidden, offsets, k_weight, v_weight, in_scale, k_w_scale, v_w_scale, k_kv_scale,
-        v_kv_scale, cache_lengths, lut, k_cache, v_cache, shape,
+        v_kv_scale, cache_lengths, lut, k_sink, v_sink, shape,
         grid_dim=(ceildiv(Int(shape.N), 8 * cfg.nb), ceildiv(Int(shape.T), 16 * cfg.mt), 2 if both else 1),
         block_dim=THREADS,
         attributes=pdl_attributes(),
     )
 
 
-def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
+def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, sink_t: RowSink, path: Int = PATH_HOPPER, fp8_mma: Bool = True](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     in_scale: F32Ptr,
@@ -179,11 +179,11 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int =
     k_weight: Fp8Ptr,
     k_w_scale: F32Ptr,
     k_kv_scale: F32Ptr,
-    k_cache: cache_t,
+    k_sink: sink_t,
     v_weight: Fp8Ptr,
     v_w_scale: F32Ptr,
     v_kv_scale: F32Ptr,
-    v_cache: cache_t,
+    v_sink: sink_t,
     both: Bool,
     ctx: DeviceContext,
 ) raises:
@@ -196,38 +196,38 @@ def k_cache_matmul_gpu[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int =
         return
     comptime if gk % 64 == 0 and path != PATH_PORTABLE and fp8_mma:
         if plan == PLAN_MMA_DECODE_LARGE_N:
-            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE_LARGE_N](
+            _launch_mma[sink_t, gm, gn, gk, MMA_DECODE_LARGE_N](
                 hidden, offsets, in_scale, cache_lengths, lut, shape,
-                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+                k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx)
             return
         if plan == PLAN_MMA_DECODE:
-            _launch_mma[cache_t, gm, gn, gk, MMA_DECODE](
+            _launch_mma[sink_t, gm, gn, gk, MMA_DECODE](
                 hidden, offsets, in_scale, cache_lengths, lut, shape,
-                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+                k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx)
             return
         if plan == PLAN_MMA_MID_LARGE_N:
-            _launch_mma[cache_t, gm, gn, gk, MMA_MID_LARGE_N](
+            _launch_mma[sink_t, gm, gn, gk, MMA_MID_LARGE_N](
                 hidden, offsets, in_scale, cache_lengths, lut, shape,
-                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+                k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx)
             return
         if plan == PLAN_MMA_MID:
-            _launch_mma[cache_t, gm, gn, gk, MMA_MID](
+            _launch_mma[sink_t, gm, gn, gk, MMA_MID](
                 hidden, offsets, in_scale, cache_lengths, lut, shape,
-                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+                k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx)
             return
         if plan == PLAN_MMA_PREFILL:
-            _launch_mma[cache_t, gm, gn, gk, MMA_PREFILL](
+            _launch_mma[sink_t, gm, gn, gk, MMA_PREFILL](
                 hidden, offsets, in_scale, cache_lengths, lut, shape,
-                k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx)
+                k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx)
             return
-    _launch_half[gm, gn, gk, cache_t, path](
-        plan, hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, k_kv_scale, k_cache, ctx)
+    _launch_half[gm, gn, gk, sink_t, path](
+        plan, hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, k_kv_scale, k_sink, ctx)
     if both:
-        _launch_half[gm, gn, gk, cache_t, path](
-            plan, hidden, offsets, in_scale, cache_lengths, lut, shape, v_weight, v_w_scale, v_kv_scale, v_cache, ctx)
+        _launch_half[gm, gn, gk, sink_t, path](
+            plan, hidden, offsets, in_scale, cache_lengths, lut, shape, v_weight, v_w_scale, v_kv_scale, v_sink, ctx)
 
 
-def _launch_half[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int](
+def _launch_half[gm: Int, gn: Int, gk: Int, sink_t: RowSink, path: Int](
     plan: Int,
     hidden: Fp8Ptr,
     offsets: U32Ptr,
@@ -238,26 +238,26 @@ def _launch_half[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int](
     weight: Fp8Ptr,
     w_scale: F32Ptr,
     kv_scale: F32Ptr,
-    cache: cache_t,
+    sink: sink_t,
     ctx: DeviceContext,
 ) raises:
     """Launches a non-mma.sync `plan` (wgmma prefill or decode, SIMT) for one half's operands."""
     comptime if gk % 128 == 0 and path == PATH_HOPPER:
         if plan == PLAN_WGMMA_LARGE:
-            launch_wgmma[gm, gn, gk, cache_t, LARGE](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx)
+            launch_wgmma[gm, gn, gk, sink_t, LARGE](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape, ctx)
             return
         if plan == PLAN_WGMMA_SMALL:
-            launch_wgmma[gm, gn, gk, cache_t, SMALL](
-                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape, ctx)
+            launch_wgmma[gm, gn, gk, sink_t, SMALL](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape, ctx)
             return
         if plan == PLAN_WGMMA_DECODE:
             var tn = decode_config(Int(shape.T)).tn
             comptime for i in range(5):
                 comptime cfg = decode_config(8 << i)
                 if tn == cfg.tn:
-                    launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
-                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache,
+                    launch_wgmma_decode[gm, gn, gk, sink_t, cfg](
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink,
                         shape, ctx)
                     return
         if plan == PLAN_WGMMA_DECODE_SPLIT:
@@ -265,15 +265,15 @@ def _launch_half[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, path: Int](
             comptime for i in range(2):
                 comptime cfg = decode_split_config(32 << i, SPLIT_MAX)
                 if tn == cfg.tn:
-                    launch_wgmma_decode[gm, gn, gk, cache_t, cfg](
-                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache,
+                    launch_wgmma_decode[gm, gn, gk, sink_t, cfg](
+                        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink,
                         shape, ctx)
                     return
     if plan != PLAN_SIMT:
         raise Error("k_matmul_ragged_paged_scale: no launch for plan ", plan, " (gk = ", gk, ")")
-    comptime kernel = simt_kernel[cache_t, gm, gn, gk]
+    comptime kernel = simt_kernel[sink_t, gm, gn, gk]
     ctx.enqueue_function[kernel](
-        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, cache, shape,
+        hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape,
         grid_dim=(ceildiv(Int(shape.N), S_BN), ceildiv(Int(shape.T), S_BT)),
         block_dim=THREADS,
     )

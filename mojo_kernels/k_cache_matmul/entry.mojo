@@ -2,8 +2,9 @@
 and the fused `kv_matmul_ragged_paged_scale` (both halves, a weight each): checks, builds MAX's
 paged-cache collection from the PagedCacheValues tensors, takes the K and / or V half of layer
 `layer_idx` (compile-time `half`), then picks the CPU or GPU path (`launch_k_cache_matmul`; GPU:
-dispatch.mojo). The kernels only see a KVCacheT and write through it alone, so the V twin runs
-exactly the K kernels."""
+dispatch.mojo). The kernels only see a `RowSink` (sink.mojo) and write through it alone: the
+V twin runs exactly the K kernels on the V half's `PagedRows`, and `fp8_blockwise_matmul`
+(dense.mojo) runs them on `DenseRows`."""
 
 from extensibility import InputTensor, _MutableInputTensor
 from max.gpu.host import DeviceContext
@@ -22,6 +23,7 @@ from ..common.target import (
 from .cpu import k_cache_matmul_cpu
 from .dispatch import k_cache_gpu_plan_text, k_cache_matmul_gpu
 from .layout import F32Ptr, Fp8Ptr, KCacheShape, KV_BOTH, K_HALF, U32Ptr, V_HALF, op_name
+from .sink import PagedRows, RowSink
 
 
 def half_matmul_ragged_paged_scale[
@@ -175,23 +177,24 @@ def _launch[gm: Int, gn: Int, gk: Int, half: Int, target: StaticString, force: I
     weight), KV_BOTH into both (V's kv_scale values after K's)."""
     var k_cache = coll.get_key_cache(layer_idx)
     comptime C = type_of(k_cache)
-    var v_cache = rebind[C](coll.get_value_cache(layer_idx))
+    var k_rows = PagedRows(k_cache)
+    var v_rows = PagedRows(rebind[C](coll.get_value_cache(layer_idx)))
     comptime if half == K_HALF:
-        launch_k_cache_matmul[gm, gn, gk, C, target, force](
+        launch_k_cache_matmul[gm, gn, gk, PagedRows[C], target, force](
             hidden, offsets, in_scale, cache_lengths, lut, shape,
-            k_weight, k_w_scale, kv_scale, k_cache, k_weight, k_w_scale, kv_scale, k_cache, False, ctx)
+            k_weight, k_w_scale, kv_scale, k_rows, k_weight, k_w_scale, kv_scale, k_rows, False, ctx)
     elif half == V_HALF:
-        launch_k_cache_matmul[gm, gn, gk, C, target, force](
+        launch_k_cache_matmul[gm, gn, gk, PagedRows[C], target, force](
             hidden, offsets, in_scale, cache_lengths, lut, shape,
-            k_weight, k_w_scale, kv_scale, v_cache, k_weight, k_w_scale, kv_scale, v_cache, False, ctx)
+            k_weight, k_w_scale, kv_scale, v_rows, k_weight, k_w_scale, kv_scale, v_rows, False, ctx)
     else:
-        launch_k_cache_matmul[gm, gn, gk, C, target, force](
-            hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, kv_scale, k_cache,
-            v_weight, v_w_scale, kv_scale.unsafe_offset(Int(shape.n_kv_scale)), v_cache, True, ctx)
+        launch_k_cache_matmul[gm, gn, gk, PagedRows[C], target, force](
+            hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, kv_scale, k_rows,
+            v_weight, v_w_scale, kv_scale.unsafe_offset(Int(shape.n_kv_scale)), v_rows, True, ctx)
 
 
 def launch_k_cache_matmul[
-    gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, target: StaticString, force: Int = 0
+    gm: Int, gn: Int, gk: Int, sink_t: RowSink, target: StaticString, force: Int = 0
 ](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
@@ -202,17 +205,17 @@ def launch_k_cache_matmul[
     k_weight: Fp8Ptr,
     k_w_scale: F32Ptr,
     k_kv_scale: F32Ptr,
-    k_cache: cache_t,
+    k_sink: sink_t,
     v_weight: Fp8Ptr,
     v_w_scale: F32Ptr,
     v_kv_scale: F32Ptr,
-    v_cache: cache_t,
+    v_sink: sink_t,
     both: Bool,
     ctx: DeviceContext,
 ) raises:
-    """Writes k[t, n] = sum_k a[t,k] w[n,k] as[k//gk, t//gm] ws[n//gn, k//gk] into k_cache with
-    the K operands (k_weight, k_w_scale, k_kv_scale), and with `both` the same product with the V
-    operands into v_cache.
+    """Writes k[t, n] = sum_k a[t,k] w[n,k] as[k//gk, t//gm] ws[n//gn, k//gk] into the rows of
+    k_sink with the K operands (k_weight, k_w_scale, k_kv_scale), and with `both` the same product
+    with the V operands into v_sink (sink.mojo: a paged cache's K / V half, or a dense matrix).
 
     Pointers live on the target's device (see KCacheShape for the shapes; both halves share
     them). target "cpu" -> cpu.mojo, one half after the other; "gpu" -> dispatch.mojo, given the
@@ -223,19 +226,19 @@ def launch_k_cache_matmul[
     """
     comptime if target == "cpu":
         k_cache_matmul_cpu[gm, gn, gk](
-            hidden, offsets, k_weight, in_scale, k_w_scale, k_kv_scale, cache_lengths, lut, k_cache, shape
+            hidden, offsets, k_weight, in_scale, k_w_scale, k_kv_scale, cache_lengths, lut, k_sink, shape
         )
         if both:
             k_cache_matmul_cpu[gm, gn, gk](
-                hidden, offsets, v_weight, in_scale, v_w_scale, v_kv_scale, cache_lengths, lut, v_cache, shape
+                hidden, offsets, v_weight, in_scale, v_w_scale, v_kv_scale, cache_lengths, lut, v_sink, shape
             )
     elif target == "gpu":
         comptime path = gpu_path[force]()
         comptime assert path != PATH_UNSUPPORTED, String(
             "k_matmul_ragged_paged_scale: unsupported GPU target '", gpu_arch(), "' (supported: ",
             SUPPORTED_TARGETS, ")")
-        k_cache_matmul_gpu[gm, gn, gk, cache_t, path, has_fp8_mma(gpu_arch())](
-            hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, k_kv_scale, k_cache, v_weight, v_w_scale, v_kv_scale, v_cache, both, ctx
+        k_cache_matmul_gpu[gm, gn, gk, sink_t, path, has_fp8_mma(gpu_arch())](
+            hidden, offsets, in_scale, cache_lengths, lut, shape, k_weight, k_w_scale, k_kv_scale, k_sink, v_weight, v_w_scale, v_kv_scale, v_sink, both, ctx
         )
     else:
         comptime assert False, String("k_matmul_ragged_paged_scale: unsupported target '", target, "'")

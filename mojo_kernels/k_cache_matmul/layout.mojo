@@ -122,14 +122,8 @@ struct KCacheShape(DevicePassable, ImplicitlyCopyable, TrivialRegisterPassable):
         if cache_batch != B or lut_shape[0] != B:
             raise Error(OP_NAME, ": batch mismatch: len(input_row_offsets) - 1 = ", B, ", cache_lengths has ",
                         cache_batch, ", lookup_table has ", lut_shape[0], " rows")
-        var kb = ceildiv(K, gk)
-        if in_scale_shape[0] != kb or in_scale_shape[1] < ceildiv(T, gm) or in_scale_strides[1] != 1:
-            raise Error(OP_NAME, ": input_scale must be [ceil(K/gk) = ", kb, ", >= ceil(T/gm) = ",
-                        ceildiv(T, gm), "] with unit column stride, got [", in_scale_shape[0], ", ",
-                        in_scale_shape[1], "]")
-        if w_scale_shape[0] != ceildiv(N, gn) or w_scale_shape[1] != kb or w_scale_strides[1] != 1:
-            raise Error(OP_NAME, ": weight_scale must be [ceil(N/gn) = ", ceildiv(N, gn), ", ceil(K/gk) = ",
-                        kb, "], got [", w_scale_shape[0], ", ", w_scale_shape[1], "]")
+        check_scales[gm, gn, gk](OP_NAME, "input_scale", "weight_scale", T, N, K, in_scale_shape,
+                                 in_scale_strides, w_scale_shape, w_scale_strides)
         if kv_scale_len != 1 and kv_scale_len != num_heads:
             raise Error(OP_NAME, ": kv_scale must have 1 or n_kv_heads = ", num_heads, " elements, got ",
                         kv_scale_len)
@@ -141,6 +135,31 @@ struct KCacheShape(DevicePassable, ImplicitlyCopyable, TrivialRegisterPassable):
             Int32(lut_strides[0]), Int32(lut_shape[1]), Int32(num_pages), Int32(kv_scale_len),
             Int32(hidden_strides[0]), Int32(weight_strides[0]),
         )
+
+
+def check_scales[gm: Int, gn: Int, gk: Int](
+    op: StaticString,
+    in_name: StaticString,
+    w_name: StaticString,
+    T: Int,
+    N: Int,
+    K: Int,
+    in_scale_shape: IndexList[2],
+    in_scale_strides: IndexList[2],
+    w_scale_shape: IndexList[2],
+    w_scale_strides: IndexList[2],
+) raises:
+    """The block scales' layout every kernel assumes: input scales [ceil(K/gk), >= ceil(T/gm)]
+    (tokens contiguous), weight scales [ceil(N/gn), ceil(K/gk)], unit column strides. Raises an
+    Error naming op `op` and the tensor (`in_name` / `w_name`)."""
+    var kb = ceildiv(K, gk)
+    if in_scale_shape[0] != kb or in_scale_shape[1] < ceildiv(T, gm) or in_scale_strides[1] != 1:
+        raise Error(op, ": ", in_name, " must be [ceil(K/gk) = ", kb, ", >= ceil(T/gm) = ",
+                    ceildiv(T, gm), "] with unit column stride, got [", in_scale_shape[0], ", ",
+                    in_scale_shape[1], "]")
+    if w_scale_shape[0] != ceildiv(N, gn) or w_scale_shape[1] != kb or w_scale_strides[1] != 1:
+        raise Error(op, ": ", w_name, " must be [ceil(N/gn) = ", ceildiv(N, gn), ", ceil(K/gk) = ",
+                    kb, "], got [", w_scale_shape[0], ", ", w_scale_shape[1], "]")
 
 
 @always_inline

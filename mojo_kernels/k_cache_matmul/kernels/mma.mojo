@@ -14,10 +14,10 @@ from std.memory import stack_allocation
 from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.compute.mma import mma
 from max.gpu.memory import AddressSpace
-from kv_cache.types import KVCacheT
 
 from ...common.pdl import launch_dependent_grids, wait_on_dependent_grids
 from ..layout import F32Ptr, Fp8Ptr, KCacheShape, U32Ptr, walk_start, walk_step
+from ..sink import RowSink
 from .tiles import F32, THREADS, WARPS, resolve_rows, store_tile
 
 comptime FP8 = DType.float8_e4m3fn
@@ -43,7 +43,7 @@ struct MmaConfig(ImplicitlyCopyable, Writable):
 
 
 def mma_splitk_kernel[
-    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool, rotate: Bool
+    sink_t: RowSink, gm: Int, gn: Int, gk: Int, MT: Int, NB: Int, U: Int, late_rows: Bool, rotate: Bool
 ](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
@@ -56,14 +56,14 @@ def mma_splitk_kernel[
     v_kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
-    v_cache: cache_t,
+    k_sink: sink_t,
+    v_sink: sink_t,
     shape: KCacheShape,
 ):
     """One CTA: tokens [t0, t0 + 16 MT) x weight rows [n0, n0 + 8 NB), all of K split by warp.
 
-    grid z selects the half: z = 0 projects with the k_* operands into k_cache, z = 1 with the
-    v_* operands into v_cache (the fused K+V op launches z = 2, a single half z = 1); both
+    grid z selects the half: z = 0 projects with the k_* operands into k_sink, z = 1 with the
+    v_* operands into v_sink (the fused K+V op launches z = 2, a single half z = 1); both
     halves share the tokens, their scales, the row resolution and `shape`.
 
     A warp takes U consecutive scale blocks at a time and issues all their loads before the
@@ -76,9 +76,8 @@ def mma_splitk_kernel[
     comptime BT = 16 * MT
     comptime BN = 8 * NB
     comptime CH = gk // 64
-    comptime page_size = cache_t.page_size_
     var red = stack_allocation[WARPS * BT * BN, Float32, address_space=AddressSpace.SHARED]()
-    var rows = stack_allocation[2 * BT, Int32, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[BT, Int64, address_space=AddressSpace.SHARED]()
     var tid = thread_idx.x
     var warp = tid // 32
     var lane = tid % 32
@@ -97,6 +96,7 @@ def mma_splitk_kernel[
     var is_v = block_idx.z != 0
     var weight = v_weight if is_v else k_weight
     var w_scale = v_w_scale if is_v else k_w_scale
+    var sink = v_sink if is_v else k_sink
 
     @always_inline
     @__parameter
@@ -120,7 +120,7 @@ def mma_splitk_kernel[
     load_weights(warp * U)
     wait_on_dependent_grids()
     comptime if not late_rows:
-        resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
+        resolve_rows[sink_t, BT](rows, sink, offsets, cache_lengths, lut, shape, t0)
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
     for kb0 in range(warp * U, n_kb, WARPS * U):
@@ -172,7 +172,7 @@ def mma_splitk_kernel[
                         acc[mt * NB + nb] += tmp[mt * NB + nb] * SIMD[F32, 4](sa0 * sw0, sa0 * sw1, sa1 * sw0, sa1 * sw1)
 
     comptime if late_rows:
-        resolve_rows[page_size, BT](rows, offsets, cache_lengths, lut, shape, t0)
+        resolve_rows[sink_t, BT](rows, sink, offsets, cache_lengths, lut, shape, t0)
     # reduce the warps' partial sums in shared memory: red[warp][row][col]
     comptime for mt in range(MT):
         comptime for nb in range(NB):
@@ -191,7 +191,4 @@ def mma_splitk_kernel[
             s += red[unsafe_offset=w * BT * BN + e]
         red[unsafe_offset=e] = s
     barrier()
-    if is_v:
-        store_tile[cache_t, BT, BN](v_cache, red, rows, v_kv_scale, shape, n0)
-    else:
-        store_tile[cache_t, BT, BN](k_cache, red, rows, k_kv_scale, shape, n0)
+    store_tile[sink_t, BT, BN](red, rows, v_kv_scale if is_v else k_kv_scale, shape, n0)

@@ -5,9 +5,9 @@ from std.math import ceildiv
 from std.memory import stack_allocation
 from max.gpu import barrier, block_idx, thread_idx
 from max.gpu.memory import AddressSpace
-from kv_cache.types import KVCacheT
 
 from ..layout import F32Ptr, Fp8Ptr, KCacheShape, U32Ptr
+from ..sink import RowSink
 from .tiles import F32, THREADS, resolve_rows, store_tile
 
 
@@ -19,7 +19,7 @@ comptime S_KC = 32
 """K values staged in shared memory per step."""
 
 
-def simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
+def simt_kernel[sink_t: RowSink, gm: Int, gn: Int, gk: Int](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -28,16 +28,15 @@ def simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
 ):
     """One CTA: 16 tokens x 64 columns; thread t owns column t % 64 and tokens 4 (t // 64) + i."""
-    comptime page_size = cache_t.page_size_
     comptime RPT = S_BT * S_BN // THREADS
     var a_sh = stack_allocation[S_BT * S_KC, Float32, address_space=AddressSpace.SHARED]()
     var w_sh = stack_allocation[S_BN * (S_KC + 1), Float32, address_space=AddressSpace.SHARED]()
     var out_sh = stack_allocation[S_BT * S_BN, Float32, address_space=AddressSpace.SHARED]()
-    var rows = stack_allocation[2 * S_BT, Int32, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[S_BT, Int64, address_space=AddressSpace.SHARED]()
     var tid = thread_idx.x
     var col = tid % S_BN
     var rg = tid // S_BN
@@ -46,7 +45,7 @@ def simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)
-    resolve_rows[page_size, S_BT](rows, offsets, cache_lengths, lut, shape, t0)
+    resolve_rows[sink_t, S_BT](rows, sink, offsets, cache_lengths, lut, shape, t0)
     var acc = SIMD[F32, RPT](0)
     var n = n0 + col
     var n_kb = ceildiv(K, gk)
@@ -85,4 +84,4 @@ def simt_kernel[cache_t: KVCacheT, gm: Int, gn: Int, gk: Int](
     comptime for i in range(RPT):
         out_sh[unsafe_offset=(rg * RPT + i) * S_BN + col] = acc[i]
     barrier()
-    store_tile[cache_t, S_BT, S_BN](k_cache, out_sh, rows, kv_scale, shape, n0)
+    store_tile[sink_t, S_BT, S_BN](out_sh, rows, kv_scale, shape, n0)

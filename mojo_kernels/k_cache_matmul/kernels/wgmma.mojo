@@ -33,7 +33,6 @@ from max.gpu.memory import AddressSpace, external_memory
 from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
-from kv_cache.types import KVCacheT
 
 from ..layout import (
     F32Ptr,
@@ -42,8 +41,8 @@ from ..layout import (
     U32Ptr,
     is_fp8_cache,
     store_cast,
-    token_slot,
 )
+from ..sink import RowSink, row_ptr
 
 comptime F32 = DType.float32
 comptime FP8 = DType.float8_e4m3fn
@@ -121,7 +120,7 @@ def _tile_scales[gm: Int, gn: Int, gk: Int](
     `nvvm.minctasm`=SIMDLength(cfg.ctas_per_sm()),
 )
 def _wgmma_kernel[
-    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: WgmmaConfig,
+    sink_t: RowSink, gm: Int, gn: Int, gk: Int, cfg: WgmmaConfig,
     a_tile: Coord, a_desc: Coord, b_tile: Coord, b_desc: Coord,
 ](
     a_tma: TMATensorTile[FP8, a_tile, a_desc],
@@ -132,7 +131,7 @@ def _wgmma_kernel[
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
 ):
     comptime BM = cfg.bm()
@@ -144,8 +143,7 @@ def _wgmma_kernel[
     comptime a_layout = tile_layout_k_major_typed[FP8, WG_M, BK, SW]
     comptime a_full_layout = tile_layout_k_major_typed[FP8, BM, BK, SW]
     comptime b_layout = tile_layout_k_major_typed[FP8, BN, BK, SW]
-    comptime page_size = cache_t.page_size_
-    comptime head_dim = cache_t.kv_params.head_size
+    comptime group = sink_t.group
     var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
     var a_smem = smem
     var b_smem = smem.unsafe_offset(STAGES * A_TILE)
@@ -290,30 +288,28 @@ def _wgmma_kernel[
                     var sa = sa_lo if q < 2 else sa_hi
                     accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * (sa * sw)
 
-    # epilogue: rows straight into the paged cache
+    # epilogue: each token's row segment straight to its destination row
     comptime for half in range(2):
-        var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, r_lo + 8 * half)
-        var b = slot[0]
-        var pos = slot[1]
-        if b >= 0:
-            var dst = k_cache.block_paged_ptr[1](b, pos, 0, 0)
+        var addr = sink.row_addr(offsets, cache_lengths, lut, shape, r_lo + 8 * half)
+        if addr != 0:
+            var dst = row_ptr[sink_t](addr)
             comptime for j in range(FRAG // 4):
                 var n = col0 + 8 * j
                 var v = SIMD[F32, 2](
                     rebind[Float32](accum[0, 4 * j + 2 * half]),
                     rebind[Float32](accum[0, 4 * j + 2 * half + 1]),
                 )
-                comptime if is_fp8_cache[cache_t.dtype]():
+                comptime if is_fp8_cache[sink_t.dtype]():
                     if Int(shape.n_kv_scale) > 1:
                         v = v / SIMD[F32, 2](
-                            kv_scale[unsafe_offset=n // head_dim],
-                            kv_scale[unsafe_offset=(n + 1) // head_dim],
+                            kv_scale[unsafe_offset=n // group],
+                            kv_scale[unsafe_offset=(n + 1) // group],
                         )
                     else:
                         v = v / kv_scale[unsafe_offset=0]
-                var out = store_cast[cache_t.dtype, 2](v)
+                var out = store_cast[sink_t.dtype, 2](v)
                 if n + 1 < N:
-                    dst.unsafe_offset(n).unsafe_store[alignment=2 * size_of[cache_t.dtype]()](0, out)
+                    dst.unsafe_offset(n).unsafe_store[alignment=2 * size_of[sink_t.dtype]()](0, out)
                 elif n < N:
                     dst[unsafe_offset=n] = out[0]
 
@@ -335,7 +331,7 @@ def wgmma_large_tiles(shape: KCacheShape) -> Bool:
     return ctas >= MIN_CTAS_FOR_LARGE
 
 
-def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig](
+def launch_wgmma[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: WgmmaConfig](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -344,7 +340,7 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig]
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
@@ -363,12 +359,12 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: WgmmaConfig]
         ctx, TileTensor(ptr=weight, layout=row_major(N, K))
     )
     comptime kernel = _wgmma_kernel[
-        cache_t, gm, gn, gk, cfg,
+        sink_t, gm, gn, gk, cfg,
         type_of(a_tma).tile_shape, type_of(a_tma).desc_shape,
         type_of(b_tma).tile_shape, type_of(b_tma).desc_shape,
     ]
     ctx.enqueue_function[kernel](
-        a_tma, b_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+        a_tma, b_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape,
         grid_dim=(ceildiv(N, BN), ceildiv(T, BM)),
         block_dim=cfg.threads(),
         shared_mem_bytes=SMEM,

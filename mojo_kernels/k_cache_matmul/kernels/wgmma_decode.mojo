@@ -49,12 +49,12 @@ from max.gpu.memory import AddressSpace, external_memory
 from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
-from kv_cache.types import KVCacheT
 
 from ...common.target import SMEM_BUDGET_SM90
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from ...common.sync import role_barrier
 from .wgmma import BK, SW
+from ..sink import RowSink, row_ptr
 from ..layout import (
     F32Ptr,
     Fp8Ptr,
@@ -62,7 +62,6 @@ from ..layout import (
     U32Ptr,
     is_fp8_cache,
     store_cast,
-    token_slot,
     walk_start,
     walk_step,
 )
@@ -215,7 +214,7 @@ def _row_scales[gn: Int, gk: Int](w_scale: F32Ptr, shape: KCacheShape, blk: Int,
     `nvvm.minctasm`=SIMDLength(1),
 )
 def _wgmma_decode_kernel[
-    cache_t: KVCacheT, gm: Int, gn: Int, gk: Int, cfg: DecodeConfig,
+    sink_t: RowSink, gm: Int, gn: Int, gk: Int, cfg: DecodeConfig,
     w_tile: Coord, w_desc: Coord, x_tile: Coord, x_desc: Coord,
 ](
     w_tma: TMATensorTile[FP8, w_tile, w_desc],
@@ -226,7 +225,7 @@ def _wgmma_decode_kernel[
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
 ):
     comptime assert cfg.consumers == 1 or cfg.consumers == 2, "consumer_regs budgets 1 or 2 consumers"
@@ -240,13 +239,12 @@ def _wgmma_decode_kernel[
     comptime FRAG = ROWS * TN // 128
     comptime w_layout = tile_layout_k_major_typed[FP8, ROWS, BK, SW]
     comptime x_layout = tile_layout_k_major_typed[FP8, TN, BK, SW]
-    comptime page_size = cache_t.page_size_
-    comptime head_dim = cache_t.kv_params.head_size
+    comptime group = sink_t.group
     var smem = external_memory[Scalar[FP8], address_space=AddressSpace.SHARED, alignment=1024]()
     var w_smem = smem
     var x_smem = smem.unsafe_offset(STAGES * W_STAGE)
     var out_sh = smem.unsafe_bitcast[Float32]()  # the accumulators, once the ring is drained
-    # each token's cache row address (0: not written), resolved while the ring fills
+    # each token's output row address (0: not written), resolved while the ring fills
     var rows = smem.unsafe_offset(cfg.ring_bytes()).unsafe_bitcast[Int64]()
     var full = rows.unsafe_offset(TN).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
@@ -311,16 +309,11 @@ def _wgmma_decode_kernel[
                         var x_dst = TileTensor(x_smem.unsafe_offset(s * X_STAGE + j * X_TILE), x_layout)
                         x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kp * KS + j) * BK, t0))
         else:
-            # warps 1-3 resolve each token's cache slot while the ring fills (read after the
-            # barrier below)
+            # warps 1-3 resolve each token's output row while the ring fills (read after the
+            # barrier below): a paged sink's lookup-table read happens here, not in the
+            # epilogue, where each thread's stores would wait on it (a visible tail at T = 64)
             for tl in range(tid - 32, TN, 96):
-                var slot = token_slot[page_size](offsets, cache_lengths, lut, shape, t0 + tl)
-                var addr = 0
-                if slot[0] >= 0:
-                    # the lookup-table read happens here, not in the epilogue, where each
-                    # thread's stores would wait on it (a visible tail at T = 64)
-                    addr = Int(k_cache.block_paged_ptr[1](slot[0], slot[1], 0, 0))
-                rows[unsafe_offset=tl] = Int64(addr)
+                rows[unsafe_offset=tl] = Int64(sink.row_addr(offsets, cache_lengths, lut, shape, t0 + tl))
         role_barrier()  # the consumers' accumulators are in shared memory; they store them
         comptime if P > 1:
             cluster_sync()  # the consumers' sums are final in every CTA of the cluster
@@ -432,7 +425,7 @@ def _wgmma_decode_kernel[
             out_c[unsafe_offset=tl * OUT_STRIDE + rl] = rebind[Float32](accum[0, 4 * j + q])
     role_barrier()  # joins the producer's role_barrier above
 
-    comptime VEC = 16 // size_of[cache_t.dtype]()
+    comptime VEC = 16 // size_of[sink_t.dtype]()
     comptime CHUNKS = ROWS // VEC
     comptime CT = 128 * cfg.consumers  # consumer threads
     comptime if P > 1:
@@ -470,14 +463,14 @@ def _wgmma_decode_kernel[
             v = out_sh.unsafe_offset(tl * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
             comptime for cc in range(1, cfg.consumers):
                 v += out_sh.unsafe_offset((cc * TN + tl) * OUT_STRIDE + nl).unsafe_load[width=VEC, alignment=16]()
-        comptime if is_fp8_cache[cache_t.dtype]():
+        comptime if is_fp8_cache[sink_t.dtype]():
             if Int(shape.n_kv_scale) > 1:
                 comptime for i in range(VEC):
-                    v[i] = v[i] / kv_scale[unsafe_offset=min(n + i, N - 1) // head_dim]
+                    v[i] = v[i] / kv_scale[unsafe_offset=min(n + i, N - 1) // group]
             else:
                 v = v / kv_scale[unsafe_offset=0]
-        var out = store_cast[cache_t.dtype, VEC](v)
-        var dst = type_of(k_cache.block_paged_ptr[1](0, 0, 0, 0))(unsafe_from_address=row_addr).unsafe_offset(n)
+        var out = store_cast[sink_t.dtype, VEC](v)
+        var dst = row_ptr[sink_t](row_addr).unsafe_offset(n)
         if n + VEC <= N and Int(dst) % 16 == 0:
             dst.unsafe_store[alignment=16](0, out)
         else:
@@ -488,7 +481,7 @@ def _wgmma_decode_kernel[
         cluster_sync()  # peers' shared memory must outlive every remote read
 
 
-def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: DecodeConfig](
+def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: DecodeConfig](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
     weight: Fp8Ptr,
@@ -497,7 +490,7 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
     kv_scale: F32Ptr,
     cache_lengths: U32Ptr,
     lut: U32Ptr,
-    k_cache: cache_t,
+    sink: sink_t,
     shape: KCacheShape,
     ctx: DeviceContext,
 ) raises:
@@ -515,14 +508,14 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
         ctx, TileTensor(ptr=hidden, layout=row_major(T, K))
     )
     comptime kernel = _wgmma_decode_kernel[
-        cache_t, gm, gn, gk, cfg,
+        sink_t, gm, gn, gk, cfg,
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]
     var grid = (ceildiv(N, ROWS) * cfg.split, ceildiv(T, cfg.tn))
     comptime if cfg.split > 1:
         ctx.enqueue_function[kernel](
-            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape,
             grid_dim=grid,
             block_dim=cfg.threads(),
             shared_mem_bytes=SMEM,
@@ -532,7 +525,7 @@ def launch_wgmma_decode[gm: Int, gn: Int, gk: Int, cache_t: KVCacheT, cfg: Decod
         )
     else:
         ctx.enqueue_function[kernel](
-            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, k_cache, shape,
+            w_tma, x_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape,
             grid_dim=grid,
             block_dim=cfg.threads(),
             shared_mem_bytes=SMEM,

@@ -27,27 +27,16 @@ from ..core.rules import (
     Rule,
     Violation,
     dtype_in,
-    dtype_like,
     optional,
     positive_int,
     rank_is,
     same_device,
-    shape_is,
     shape_of,
-    static,
 )
-from ..fp8.contract import FP8, FP8_BITS, QUANTIZE_INPUT_DTYPES
+from ..fp8.contract import FP8, FP8_BITS, QUANTIZE_INPUT_DTYPES, block_scaled_rules
 
 K_CACHE_DTYPES = (DType.bfloat16, DType.float8_e4m3fn)
 """Cache dtypes the op writes: bf16 (plain rounding cast) and fp8 (k / kv_scale, then cast)."""
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _gran(a: Args) -> tuple[int, int, int]:
-    return tuple(a["scales_granularity_mnk"])  # type: ignore[return-value]
 
 
 def _fp8_dtype_on(device: DeviceRef) -> DType:
@@ -74,48 +63,9 @@ def _kv_params_plain(a: Args) -> Violation:
     )
 
 
-def _granularity(a: Args) -> Violation:
-    g = a["scales_granularity_mnk"]
-    ok = len(g) == 3 and all(v > 0 for v in g)
-    return None if ok else ("a tuple of three positive ints (gm, gn, gk)", g)
-
-
-def _hidden_dtype(a: Args) -> Violation:
-    h = a["hidden_state"]
-    want = _fp8_dtype_on(h.device)
-    return None if h.dtype == want else (f"{want} on {h.device}", h.dtype)
-
-
-def _k_static(a: Args) -> Violation:
-    k = static(a["hidden_state"].shape[1])
-    return None if k is not None and k > 0 else ("a static K > 0", a["hidden_state"].shape[1])
-
-
-def _k(a: Args) -> int:
-    return static(a["hidden_state"].shape[1])  # type: ignore[return-value]
-
-
 def _n(a: Args) -> int:
     p = a["kv_params"]
     return p.n_kv_heads_per_device * p.head_dim
-
-
-def _input_scale_shape(a: Args) -> Violation:
-    s = a["input_scale"]
-    gm, _, gk = _gran(a)
-    kb = _ceil(_k(a), gk)
-    got = shape_of(s)
-    if got[0] != kb:
-        return f"[ceil(K/gk) = {kb}, >= ceil(T/gm)]", got
-    t, cols = static(a["hidden_state"].shape[0]), static(s.shape[1])
-    if t is not None and cols is not None and cols < _ceil(t, gm):
-        return f"[{kb}, >= ceil(T/gm) = {_ceil(t, gm)}]", got
-    return None
-
-
-def _weight_scale_shape(a: Args) -> list[int]:
-    _, gn, gk = _gran(a)
-    return [_ceil(_n(a), gn), _ceil(_k(a), gk)]
 
 
 def _blocks_dtype(a: Args) -> Violation:
@@ -229,36 +179,9 @@ def _kv_rules(
     its V twin, two (K's, V's) for the fused op."""
     return (
         *_KV_PARAMS_RULES,
-        Rule(
-            "scales_granularity_mnk",
-            "a tuple (gm, gn, gk) of positive ints; any values work (GPU tensor cores need "
-            "gk % 64 == 0, wgmma for T > 128 gk % 128 == 0; other gk use a CUDA-core kernel)",
-            _granularity,
-        ),
-        Rule(
-            "hidden_state",
-            "dtype float8_e4m3fn on GPU, uint8 holding e4m3fn bits on CPU "
-            "(MAX 26.7 CPU graphs cannot hold float8 tensors)",
-            _hidden_dtype,
-            TypeError,
-        ),
-        Rule(
-            "hidden_state",
-            "rank 2 [T, K] (T = total new tokens, may be symbolic)",
-            rank_is("hidden_state", 2),
-        ),
-        Rule("hidden_state", "K (dim 1) static and positive", _k_static),
-        *(
-            rule
-            for w in weights
-            for rule in (
-                Rule(w, "dtype equals hidden_state's", dtype_like(w, "hidden_state"), TypeError),
-                Rule(
-                    w,
-                    "shape [N, K] static, N = n_kv_heads · head_dim of the cache",
-                    shape_is(w, lambda a: [_n(a), _k(a)]),
-                ),
-            )
+        *block_scaled_rules(
+            "hidden_state", weights, "input_scale", scales, _n,
+            "N = n_kv_heads · head_dim of the cache",
         ),
         Rule(
             "input_row_offsets",
@@ -267,22 +190,6 @@ def _kv_rules(
             TypeError,
         ),
         Rule("input_row_offsets", "rank 1 [B + 1]", rank_is("input_row_offsets", 1)),
-        Rule("input_scale", "dtype float32", dtype_in("input_scale", (DType.float32,)), TypeError),
-        Rule("input_scale", "rank 2", rank_is("input_scale", 2)),
-        Rule(
-            "input_scale",
-            "shape [ceil(K/gk), >= ceil(T/gm)], tokens contiguous (dim 1 may be "
-            "padded and symbolic)",
-            _input_scale_shape,
-        ),
-        *(
-            rule
-            for s in scales
-            for rule in (
-                Rule(s, "dtype float32", dtype_in(s, (DType.float32,)), TypeError),
-                Rule(s, "shape [ceil(N/gn), ceil(K/gk)]", shape_is(s, _weight_scale_shape)),
-            )
-        ),
         Rule(
             "kv_collection.kv_blocks",
             "dtype equals kv_params.dtype (uint8 bits for a float8 cache on CPU)",
@@ -315,7 +222,7 @@ def _kv_rules(
         Rule("kv_scale", kv_scale_rule, _kv_scale_for(len(weights))),
         *(
             Rule(n, "on hidden_state's device", same_device(n, "hidden_state"))
-            for n in ("input_row_offsets", *weights, "input_scale", *scales, "kv_scale")
+            for n in ("input_row_offsets", "kv_scale")
         ),
         Rule("kv_collection.kv_blocks", "on hidden_state's device", _blocks_device),
     )
