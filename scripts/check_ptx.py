@@ -10,8 +10,8 @@ under the repository root, built with `mojo build -I <root> --target-accelerator
 regular expression matches at least once and no `forbidden` one matches; where `ptxas` is on
 PATH, no kernel of it may spill more than `max_spill_bytes` per thread (`ptxas -v`, the
 assembler's register allocation: spills the PTX cannot show; each limit is the most any kernel
-of the check spills, so a change that adds spills fails). Add an entry to check another kernel. Exit status 1 when any
-check fails; the summary names the missing patterns.
+of the check spills, so a change that adds spills fails). Add an entry to check another
+kernel. Exit status 1 when any check fails; the summary names the missing patterns.
 """
 
 from __future__ import annotations

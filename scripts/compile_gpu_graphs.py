@@ -112,8 +112,9 @@ def _grouped_part():  # type: ignore[no-untyped-def]
 
 
 def _k_cache_part():  # type: ignore[no-untyped-def]
-    """k_matmul_ragged_paged_scale instances covering its GPU kernels, as a part of
-    _compile_parts.
+    """k_matmul_ragged_paged_scale instances covering its GPU kernels, and
+    fp8_blockwise_matmul on the same operands (the same kernels writing a dense output), as a
+    part of _compile_parts.
 
     Granularity (1, 128, 128) builds the TMA + wgmma kernel (both tile configs) and the mma.sync
     split-K kernel, (2, 64, 32) the SIMT fallback; bf16 and fp8 caches, per-head kv_scale.
@@ -122,6 +123,7 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
     from max.graph import BufferType, DeviceRef, TensorType
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
+    from mojo_gemm.fp8.matmul import fp8_blockwise_matmul
     from mojo_gemm.k_cache.op import k_matmul_ragged_paged_scale
 
     gpu, cpu = DeviceRef.GPU(), DeviceRef.CPU()
@@ -155,6 +157,7 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
     def build(inputs):  # type: ignore[no-untyped-def]
         it = iter(inputs)
         offsets = next(it).tensor
+        outs = []
         for dt, _k, gran, heads in configs:
             p = MHAKVCacheParams(dtype=dt, n_kv_heads=8, head_dim=128, num_layers=2,
                                  page_size=128, devices=[gpu])
@@ -166,7 +169,9 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
             kv_scale = next(it).tensor if heads is not None else None
             k_matmul_ragged_paged_scale(p, x.tensor, offsets, w.tensor, xs.tensor, ws.tensor, coll,
                                         gran, 1, kv_scale=kv_scale)
-        return []
+            if heads is None:  # the dense op: one instance per granularity
+                outs.append(fp8_blockwise_matmul(x.tensor, xs.tensor, w.tensor, ws.tensor, gran))
+        return outs
 
     return types, build, None
 
@@ -263,16 +268,18 @@ def compile_every_specialization() -> None:
 
 SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
                         "grouped_matmul_sm100_persistent, k_matmul_ragged_paged_scale, "
-                        "moe_route_topk_group, moe_combine_rows, quantize_fp8_rows + "
-                        "kv_matmul_ragged_paged_scale (PagedKVProjection) (one graph)")
+                        "fp8_blockwise_matmul, moe_route_topk_group, moe_combine_rows, "
+                        "quantize_fp8_rows + kv_matmul_ragged_paged_scale (PagedKVProjection) "
+                        "(one graph)")
 
 
 def compile_every_op() -> None:
     """Compiles one graph holding one instance of every op: an Int4Linear (bf16, group 128),
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
     kv_matmul_ragged_paged_scale at granularity (1, 128, 128)
-    into a bf16 cache), moe_route_topk_group (MoEBlock's router, 4 experts top-2) and
-    moe_combine_rows on its rows; symbolic token counts."""
+    into a bf16 cache), fp8_blockwise_matmul on quantize_fp8_rows' output,
+    moe_route_topk_group (MoEBlock's router, 4 experts top-2) and moe_combine_rows on its rows;
+    symbolic token counts."""
     from max.driver import CPU, Accelerator
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -280,7 +287,7 @@ def compile_every_op() -> None:
     from max.nn import Module
     from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 
-    from mojo_gemm import Int4Linear
+    from mojo_gemm import Int4Linear, fp8_blockwise_matmul, quantize_fp8_rows
     from mojo_gemm.grouped.op import grouped_matmul
     from mojo_gemm.k_cache.layer import PagedKVProjection
     from mojo_gemm.router.combine import moe_combine
@@ -297,7 +304,7 @@ def compile_every_op() -> None:
             self.int4 = Int4Linear(hidden, 256, group_size=128, dtype=bf16, device=gpu)
             self.kv = PagedKVProjection(params, hidden, 0, dtype=bf16, device=gpu)
 
-        def __call__(self, x, a, b, offs, ids, stats, rw, offsets, *cache):  # type: ignore[no-untyped-def]
+        def __call__(self, x, a, b, offs, ids, stats, rw, w8, ws8, offsets, *cache):  # type: ignore[no-untyped-def]
             blocks, stride, lens, lut, mp, mc = cache
             coll = PagedCacheValues(
                 kv_blocks=blocks.buffer, cache_lengths=lens.tensor, lookup_table=lut.tensor,
@@ -307,7 +314,9 @@ def compile_every_op() -> None:
             y = grouped_matmul(a.tensor, b.tensor, offs.tensor, ids.tensor, stats.tensor)
             r = moe_route(x.tensor, rw.tensor, 2)
             back = moe_combine(ops.gather(x.tensor, r.token_index, axis=0), r.inverse, 2)
-            return self.int4(x.tensor), y, r.row_scale, r.a_offsets, back
+            xq, xs = quantize_fp8_rows(x.tensor)
+            dense = fp8_blockwise_matmul(xq, xs, w8.tensor, ws8.tensor)
+            return self.int4(x.tensor), y, r.row_scale, r.a_offsets, back, dense
 
     types: list[TensorType | BufferType] = [
         TensorType(bf16, ["t", hidden], gpu),
@@ -317,6 +326,8 @@ def compile_every_op() -> None:
         TensorType(DType.int32, ["g"], gpu),
         TensorType(DType.uint32, [2], gpu),
         TensorType(bf16, [experts, hidden], gpu),
+        TensorType(DType.float8_e4m3fn, [256, hidden], gpu),
+        TensorType(DType.float32, [2, hidden // 128], gpu),
         TensorType(DType.uint32, ["B1"], gpu),
         BufferType(bf16, ["pages", *params.shape_per_block], gpu),
         TensorType(DType.int64, [1], cpu),
@@ -332,7 +343,8 @@ def compile_every_op() -> None:
 
 
 ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
-                  " kv_matmul_ragged_paged_scale, moe_route_topk_group, moe_combine_rows)")
+                  " kv_matmul_ragged_paged_scale, fp8_blockwise_matmul, moe_route_topk_group,"
+                  " moe_combine_rows)")
 
 
 SHARDED_NAME = ("the example decoder sharded (ShardedMoEDecoder: Int4Linear rowwise + columnwise"

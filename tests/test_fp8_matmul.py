@@ -118,6 +118,8 @@ def test_fp8_matmul_gpu(tokens: int) -> None:
 CPU = DeviceRef.CPU()
 FP8 = fp8_dtype_for(CPU)
 F32 = DType.float32
+BF16 = DType.bfloat16
+G = (1, 128, 128)
 VALID = {
     "a": TensorType(FP8, ["M", 256], CPU),
     "a_scale": TensorType(F32, [2, "Ms"], CPU),
@@ -141,17 +143,17 @@ def test_valid_call_builds() -> None:
 @pytest.mark.parametrize(
     ("over", "gran", "error", "match"),
     [
-        ({"a": TensorType(DType.bfloat16, ["M", 256], CPU)}, (1, 128, 128), TypeError, "'a': dtype"),
-        ({"w": TensorType(DType.bfloat16, [192, 256], CPU)}, (1, 128, 128), TypeError, "'w': dtype"),
-        ({"a": TensorType(FP8, ["M", "K"], CPU)}, (1, 128, 128), ValueError, "static K"),
-        ({"w": TensorType(FP8, [192, 128], CPU)}, (1, 128, 128), ValueError, r"'w': shape \[N, K\]"),
-        ({"w": TensorType(FP8, ["N", 256], CPU)}, (1, 128, 128), ValueError, "static N"),
-        ({"a_scale": TensorType(F32, [3, "Ms"], CPU)}, (1, 128, 128), ValueError, "'a_scale': shape"),
-        ({"a_scale": TensorType(DType.float16, [2, "Ms"], CPU)}, (1, 128, 128), TypeError,
+        ({"a": TensorType(BF16, ["M", 256], CPU)}, G, TypeError, "'a': dtype"),
+        ({"w": TensorType(BF16, [192, 256], CPU)}, G, TypeError, "'w': dtype"),
+        ({"a": TensorType(FP8, ["M", "K"], CPU)}, G, ValueError, "static K"),
+        ({"w": TensorType(FP8, [192, 128], CPU)}, G, ValueError, r"'w': shape \[N, K\]"),
+        ({"w": TensorType(FP8, ["N", 256], CPU)}, G, ValueError, "static N"),
+        ({"a_scale": TensorType(F32, [3, "Ms"], CPU)}, G, ValueError, "'a_scale': shape"),
+        ({"a_scale": TensorType(DType.float16, [2, "Ms"], CPU)}, G, TypeError,
          "'a_scale': dtype float32"),
         ({"a": TensorType(FP8, [8, 256], CPU), "a_scale": TensorType(F32, [2, 7], CPU)},
-         (1, 128, 128), ValueError, "'a_scale': shape"),
-        ({"w_scale": TensorType(F32, [3, 2], CPU)}, (1, 128, 128), ValueError, "'w_scale': shape"),
+         G, ValueError, "'a_scale': shape"),
+        ({"w_scale": TensorType(F32, [3, 2], CPU)}, G, ValueError, "'w_scale': shape"),
         ({}, (1, 128), ValueError, "scales_granularity_mnk"),
         ({}, (1, 0, 128), ValueError, "scales_granularity_mnk"),
     ],

@@ -22,7 +22,7 @@ from .layout import (
     is_fp8_cache,
     store_cast,
 )
-from .sink import RowSink, row_ptr
+from .sink import RowSink, row_addr, row_ptr
 
 comptime F32 = DType.float32
 comptime MR = 4
@@ -88,7 +88,7 @@ def k_cache_matmul_cpu[gm: Int, gn: Int, gk: Int, sink_t: RowSink](
         for r in range(MR):
             addrs[unsafe_offset=r] = 0
             if r < rows:
-                addrs[unsafe_offset=r] = sink.row_addr(offsets, cache_lengths, lut, shape, t0 + r)
+                addrs[unsafe_offset=r] = row_addr(sink, offsets, cache_lengths, lut, shape, t0 + r)
                 any_valid = any_valid or addrs[unsafe_offset=r] != 0
         if not any_valid:
             return

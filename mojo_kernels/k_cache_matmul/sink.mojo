@@ -1,8 +1,12 @@
 """Where the FP8 block-scaled kernels write their output rows: a `RowSink`.
 
 The kernels compute out[t, n] for tokens t < T and columns n < N in fp32, then ask the sink
-for token t's row address once (`row_addr`; 0 = nothing is written for that token) and store
-the token's column segment there (elements `dtype`, column n at row address + n elements).
+where token t's row goes: its slot (b, pos) (`slot`; b = -1: nothing is written for t) and the
+slot's row address (`slot_addr`), or both at once (`row_addr`; 0 = not written), and store the
+token's column segment there (elements `dtype`, column n at row address + n elements). The
+mma.sync and SIMT kernels keep slots in shared memory and take addresses in the epilogue (a
+paged sink's address math stays out of the main loop's registers); the wgmma kernels resolve
+addresses up front.
 Destinations of dtype float8_e4m3fn get the value divided by kv_scale of its column group
 (`group` columns each, or the whole row when kv_scale has one element) before the cast.
 
@@ -28,11 +32,23 @@ trait RowSink(DevicePassable, ImplicitlyCopyable, Deinitable):
     comptime group: Int
     """Columns per kv_scale entry (float8_e4m3fn destinations with one kv_scale per group)."""
 
-    def row_addr(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Int:
-        """Address of token t's output row (its column 0), or 0 when nothing is written for t
-        (t >= T included). offsets / cache_lengths / lut: the ragged batch's tensors (read by
-        paged sinks only)."""
+    def slot(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Tuple[Int, Int]:
+        """Token t's slot (b, pos), b = -1 when nothing is written for t (t >= T included).
+        offsets / cache_lengths / lut: the ragged batch's tensors (read by paged sinks only)."""
         ...
+
+    def slot_addr(self, b: Int, pos: Int) -> Int:
+        """Address of the row of slot (b, pos) (its column 0), b >= 0."""
+        ...
+
+
+@always_inline
+def row_addr[sink_t: RowSink](
+    sink: sink_t, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int
+) -> Int:
+    """Address of token t's output row, or 0 when nothing is written for t."""
+    var s = sink.slot(offsets, cache_lengths, lut, shape, t)
+    return sink.slot_addr(s[0], s[1]) if s[0] >= 0 else 0
 
 
 @always_inline
@@ -62,12 +78,14 @@ struct PagedRows[cache_t: KVCacheT](RowSink):
         return "PagedRows"
 
     @always_inline
-    def row_addr(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Int:
-        """Token t's cache slot (layout.mojo's `token_slot`), 0 when it is skipped."""
-        var slot = token_slot[Self.cache_t.page_size_](offsets, cache_lengths, lut, shape, t)
-        if slot[0] < 0:
-            return 0
-        return Int(self.cache.block_paged_ptr[1](slot[0], slot[1], 0, 0))
+    def slot(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Tuple[Int, Int]:
+        """Token t's sequence and cache position (layout.mojo's `token_slot`)."""
+        return token_slot[Self.cache_t.page_size_](offsets, cache_lengths, lut, shape, t)
+
+    @always_inline
+    def slot_addr(self, b: Int, pos: Int) -> Int:
+        """The cache row of position pos of sequence b (MAX's `block_paged_ptr`)."""
+        return Int(self.cache.block_paged_ptr[1](b, pos, 0, 0))
 
 
 struct DenseRows[out_dtype: DType](RowSink, TrivialRegisterPassable):
@@ -91,8 +109,11 @@ struct DenseRows[out_dtype: DType](RowSink, TrivialRegisterPassable):
         return "DenseRows"
 
     @always_inline
-    def row_addr(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Int:
-        """Row t's address for t < T, else 0."""
-        if t >= Int(shape.T):
-            return 0
-        return Int(self.base) + t * Int(self.ld) * size_of[Self.out_dtype]()
+    def slot(self, offsets: U32Ptr, cache_lengths: U32Ptr, lut: U32Ptr, shape: KCacheShape, t: Int) -> Tuple[Int, Int]:
+        """(0, t) for t < T, else (-1, 0)."""
+        return (0, t) if t < Int(shape.T) else (-1, 0)
+
+    @always_inline
+    def slot_addr(self, b: Int, pos: Int) -> Int:
+        """Row pos's address."""
+        return Int(self.base) + pos * Int(self.ld) * size_of[Self.out_dtype]()

@@ -77,7 +77,7 @@ def mma_splitk_kernel[
     comptime BN = 8 * NB
     comptime CH = gk // 64
     var red = stack_allocation[WARPS * BT * BN, Float32, address_space=AddressSpace.SHARED]()
-    var rows = stack_allocation[BT, Int64, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[2 * BT, Int32, address_space=AddressSpace.SHARED]()
     var tid = thread_idx.x
     var warp = tid // 32
     var lane = tid % 32
@@ -96,7 +96,6 @@ def mma_splitk_kernel[
     var is_v = block_idx.z != 0
     var weight = v_weight if is_v else k_weight
     var w_scale = v_w_scale if is_v else k_w_scale
-    var sink = v_sink if is_v else k_sink
 
     @always_inline
     @__parameter
@@ -120,7 +119,7 @@ def mma_splitk_kernel[
     load_weights(warp * U)
     wait_on_dependent_grids()
     comptime if not late_rows:
-        resolve_rows[sink_t, BT](rows, sink, offsets, cache_lengths, lut, shape, t0)
+        resolve_rows[sink_t, BT](rows, k_sink, offsets, cache_lengths, lut, shape, t0)  # slots: the same for both halves
 
     var acc = Array[SIMD[F32, 4], MT * NB](fill=0)
     for kb0 in range(warp * U, n_kb, WARPS * U):
@@ -172,7 +171,7 @@ def mma_splitk_kernel[
                         acc[mt * NB + nb] += tmp[mt * NB + nb] * SIMD[F32, 4](sa0 * sw0, sa0 * sw1, sa1 * sw0, sa1 * sw1)
 
     comptime if late_rows:
-        resolve_rows[sink_t, BT](rows, sink, offsets, cache_lengths, lut, shape, t0)
+        resolve_rows[sink_t, BT](rows, k_sink, offsets, cache_lengths, lut, shape, t0)  # slots: the same for both halves
     # reduce the warps' partial sums in shared memory: red[warp][row][col]
     comptime for mt in range(MT):
         comptime for nb in range(NB):
@@ -191,4 +190,7 @@ def mma_splitk_kernel[
             s += red[unsafe_offset=w * BT * BN + e]
         red[unsafe_offset=e] = s
     barrier()
-    store_tile[sink_t, BT, BN](red, rows, v_kv_scale if is_v else k_kv_scale, shape, n0)
+    if is_v:
+        store_tile[sink_t, BT, BN](v_sink, red, rows, v_kv_scale, shape, n0)
+    else:
+        store_tile[sink_t, BT, BN](k_sink, red, rows, k_kv_scale, shape, n0)

@@ -36,7 +36,7 @@ def simt_kernel[sink_t: RowSink, gm: Int, gn: Int, gk: Int](
     var a_sh = stack_allocation[S_BT * S_KC, Float32, address_space=AddressSpace.SHARED]()
     var w_sh = stack_allocation[S_BN * (S_KC + 1), Float32, address_space=AddressSpace.SHARED]()
     var out_sh = stack_allocation[S_BT * S_BN, Float32, address_space=AddressSpace.SHARED]()
-    var rows = stack_allocation[S_BT, Int64, address_space=AddressSpace.SHARED]()
+    var rows = stack_allocation[2 * S_BT, Int32, address_space=AddressSpace.SHARED]()
     var tid = thread_idx.x
     var col = tid % S_BN
     var rg = tid // S_BN
@@ -84,4 +84,4 @@ def simt_kernel[sink_t: RowSink, gm: Int, gn: Int, gk: Int](
     comptime for i in range(RPT):
         out_sh[unsafe_offset=(rg * RPT + i) * S_BN + col] = acc[i]
     barrier()
-    store_tile[sink_t, S_BT, S_BN](out_sh, rows, kv_scale, shape, n0)
+    store_tile[sink_t, S_BT, S_BN](sink, out_sh, rows, kv_scale, shape, n0)

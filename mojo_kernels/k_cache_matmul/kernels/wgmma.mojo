@@ -42,7 +42,7 @@ from ..layout import (
     is_fp8_cache,
     store_cast,
 )
-from ..sink import RowSink, row_ptr
+from ..sink import RowSink, row_addr, row_ptr
 
 comptime F32 = DType.float32
 comptime FP8 = DType.float8_e4m3fn
@@ -290,7 +290,7 @@ def _wgmma_kernel[
 
     # epilogue: each token's row segment straight to its destination row
     comptime for half in range(2):
-        var addr = sink.row_addr(offsets, cache_lengths, lut, shape, r_lo + 8 * half)
+        var addr = row_addr(sink, offsets, cache_lengths, lut, shape, r_lo + 8 * half)
         if addr != 0:
             var dst = row_ptr[sink_t](addr)
             comptime for j in range(FRAG // 4):

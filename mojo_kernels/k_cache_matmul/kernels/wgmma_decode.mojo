@@ -54,7 +54,7 @@ from ...common.target import SMEM_BUDGET_SM90
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from ...common.sync import role_barrier
 from .wgmma import BK, SW
-from ..sink import RowSink, row_ptr
+from ..sink import RowSink, row_addr, row_ptr
 from ..layout import (
     F32Ptr,
     Fp8Ptr,
@@ -313,7 +313,7 @@ def _wgmma_decode_kernel[
             # barrier below): a paged sink's lookup-table read happens here, not in the
             # epilogue, where each thread's stores would wait on it (a visible tail at T = 64)
             for tl in range(tid - 32, TN, 96):
-                rows[unsafe_offset=tl] = Int64(sink.row_addr(offsets, cache_lengths, lut, shape, t0 + tl))
+                rows[unsafe_offset=tl] = Int64(row_addr(sink, offsets, cache_lengths, lut, shape, t0 + tl))
         role_barrier()  # the consumers' accumulators are in shared memory; they store them
         comptime if P > 1:
             cluster_sync()  # the consumers' sums are final in every CTA of the cluster
@@ -444,8 +444,8 @@ def _wgmma_decode_kernel[
         if e >= TN * CHUNKS:
             continue
         var tl = e // CHUNKS
-        var row_addr = Int(rows[unsafe_offset=tl])
-        if row_addr == 0:
+        var dst_addr = Int(rows[unsafe_offset=tl])
+        if dst_addr == 0:
             continue
         var nl = (e % CHUNKS) * VEC
         var n = n0 + nl
@@ -470,7 +470,7 @@ def _wgmma_decode_kernel[
             else:
                 v = v / kv_scale[unsafe_offset=0]
         var out = store_cast[sink_t.dtype, VEC](v)
-        var dst = row_ptr[sink_t](row_addr).unsafe_offset(n)
+        var dst = row_ptr[sink_t](dst_addr).unsafe_offset(n)
         if n + VEC <= N and Int(dst) % 16 == 0:
             dst.unsafe_store[alignment=16](0, out)
         else:
