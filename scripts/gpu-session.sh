@@ -4,7 +4,7 @@
 # since a device call returns few files.
 #   scripts/gpu-session.sh tests                 # every gpu test, four pytest processes
 #   scripts/gpu-session.sh capture example       # the captured-decode tests, the GPU example
-#   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-decoder
+#   scripts/gpu-session.sh bench-int4 bench-grouped bench-kcache bench-fp8 bench-decoder
 #   scripts/gpu-session.sh bench-int4-public     # int4 vs humming-kernels, public layers (~500 s)
 #   scripts/gpu-session.sh tests-quick bench-decoder-ours   # kernels' tests; decoder without MAX's twin
 #   scripts/gpu-session.sh bench-decoder-sharded  # ShardedMoEDecoder on 1 GPU (and 2 if present)
@@ -36,7 +36,7 @@ for part in "$@"; do
          tests/test_grouped_gpu_build.py > "$work/tests1.log" 2>&1
        echo "rc=$?" >> "$work/tests1.log") &
       (timeout 470 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_fp8_quantize_op.py \
-         tests/test_torch_bridge.py > "$work/tests2.log" 2>&1; echo "rc=$?" >> "$work/tests2.log") &
+         tests/test_fp8_matmul.py tests/test_torch_bridge.py > "$work/tests2.log" 2>&1; echo "rc=$?" >> "$work/tests2.log") &
       (timeout 470 $P tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/tests3.log" 2>&1
        echo "rc=$?" >> "$work/tests3.log") &
       (timeout 470 $P tests/test_forced_paths.py > "$work/tests4.log" 2>&1
@@ -51,7 +51,7 @@ for part in "$@"; do
       # the kernels' own GPU tests and the captured decoder, two processes (a subset of `tests`)
       python -c "import max.nn, mojo_gemm; mojo_gemm.kernels_package()" > "$work/warmup.log" 2>&1
       (timeout 420 $P tests/test_int4_op.py tests/test_grouped.py tests/test_grouped_no_sync.py \
-         tests/test_fp8_quantize_op.py > "$work/quick1.log" 2>&1; echo "rc=$?" >> "$work/quick1.log") &
+         tests/test_fp8_quantize_op.py tests/test_fp8_matmul.py > "$work/quick1.log" 2>&1; echo "rc=$?" >> "$work/quick1.log") &
       (timeout 420 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
        echo "rc=$?" >> "$work/quick2.log") &
       wait
@@ -70,6 +70,8 @@ for part in "$@"; do
     bench-kcache) bench bench_kcache "${BENCH_BUDGET_S:-280}" benchmarks/bench_k_matmul_paged.py ;;
     bench-kcache-public)  # issue 21's set: adds KV widths 256 / 2048 at hidden 3072 / 5120 / 7168
       BENCH_PROBLEMS=public bench bench_kcache "${BENCH_BUDGET_S:-480}" benchmarks/bench_k_matmul_paged.py ;;
+    bench-fp8)  # fp8_blockwise_matmul vs _scaled_mm (after bench-kcache*: it reads their JSON)
+      bench bench_fp8 "${BENCH_BUDGET_S:-300}" benchmarks/bench_fp8_matmul.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
     bench-decoder-sharded)  # the sharded decoder on 1 GPU and, where the machine has them, 2
