@@ -290,23 +290,10 @@ def bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def bar_lines(summary: dict[str, Any]) -> list[str]:
-    lines = []
-    for name, b in summary.items():
-        worst = "none" if b["worst"] is None else f"{b['worst']:.3g}"
-        verdict = {True: "met", False: "missed", None: "not measured"}[b["ok"]]
-        lines.append(f"bar: {name}: worst {worst} over {b['rows']} of {b['rows_concerned']} "
-                     f"rows, {verdict}")
-    return lines
-
 
 def compile_virtual(arch: str) -> None:
     """Compiles every GPU graph of the run for `arch`; runs nothing."""
-    from max import driver
-
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch(arch)
-    driver.set_virtual_device_count(1)
+    harness.use_virtual_cuda_device(arch)
     from max.driver import CPU, Accelerator
     from max.engine import InferenceSession
     from max.graph import DeviceRef
@@ -349,7 +336,7 @@ def main() -> None:
     run_ours(True, SHAPES, torch_us, rows)
     add_fused(rows)
     summary = bars(rows)
-    lines = bar_lines(summary)
+    lines = harness.bar_lines(summary)
     print(json.dumps(summary, indent=1), "\n" + "\n".join(lines), flush=True)
     harness.record(
         "fp8_matmul_gpu", rows,

@@ -620,11 +620,7 @@ def bar_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def virtual_compile(arch: str) -> None:
     """Compiles every GPU graph of the benchmark for `arch` through MAX's virtual devices."""
-    from max import driver
-
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch(arch)
-    driver.set_virtual_device_count(1)
+    harness.use_virtual_cuda_device(arch)
     from max.graph import DeviceRef
 
     d = Device(gpu=True)

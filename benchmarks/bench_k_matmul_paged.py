@@ -738,11 +738,7 @@ def build_max_graphs_only() -> None:
 
 def compile_virtual(arch: str) -> None:
     """Compiles every GPU graph of the run (ours, MAX's op) for `arch`; runs nothing."""
-    from max import driver
-
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch(arch)
-    driver.set_virtual_device_count(1)
+    harness.use_virtual_cuda_device(arch)
     from max.driver import CPU, Accelerator
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Module
@@ -796,16 +792,6 @@ def bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "rows_concerned": len(concerned)}
     return out
 
-
-def bar_lines(summary: dict[str, Any]) -> list[str]:
-    """One "bar: ... met/missed" line per bar of `bars`."""
-    lines = []
-    for name, b in summary.items():
-        worst = "none" if b["worst"] is None else f"{b['worst']:.2f}"
-        verdict = {True: "met", False: "missed", None: "not measured"}[b["ok"]]
-        lines.append(f"bar: {name}: worst {worst} over {b['rows']} of {b['rows_concerned']} "
-                     f"rows, {verdict}")
-    return lines
 
 
 def run_torch() -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -884,7 +870,7 @@ def main() -> None:
     merge_torch(rows, by_key)
     table = list(rows.values())
     summary = bars(table)
-    lines = bar_lines(summary)
+    lines = harness.bar_lines(summary)
     print(json.dumps(summary, indent=1), "\n" + "\n".join(lines), flush=True)
     harness.record(
         "k_matmul_paged_gpu", table,

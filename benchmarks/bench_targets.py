@@ -321,11 +321,7 @@ def run_gpu() -> list[dict[str, Any]]:
 
 def compile_virtual(arch: str) -> None:
     """Builds and compiles every path's module for a virtual `arch` device; runs nothing."""
-    from max import driver
-
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch(arch)
-    driver.set_virtual_device_count(1)
+    harness.use_virtual_cuda_device(arch)
     from max.driver import CPU, Accelerator
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Module

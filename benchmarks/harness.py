@@ -252,6 +252,28 @@ def try_us(label: str, fn: Callable[..., float], *args: Any) -> float | None:
         return None
 
 
+def use_virtual_cuda_device(arch: str) -> None:
+    """Makes MAX's one accelerator a virtual CUDA device of `arch` (compile-only runs); call it
+    before any max.driver device is created."""
+    from max import driver
+
+    driver.set_virtual_device_api("cuda")
+    driver.set_virtual_device_target_arch(arch)
+    driver.set_virtual_device_count(1)
+
+
+def bar_lines(summary: dict[str, Any]) -> list[str]:
+    """One "bar: <name>: worst <value> over <n> of <m> rows, met / missed / not measured" line
+    per bar of a summary {name: {"worst", "ok", "rows", "rows_concerned"}}."""
+    lines = []
+    for name, b in summary.items():
+        worst = "none" if b["worst"] is None else f"{b['worst']:.3g}"
+        verdict = {True: "met", False: "missed", None: "not measured"}[b["ok"]]
+        lines.append(f"bar: {name}: worst {worst} over {b['rows']} of {b['rows_concerned']} "
+                     f"rows, {verdict}")
+    return lines
+
+
 def torch_do_bench(fn: Callable[[], Any]) -> float:
     """Seconds per call of a torch callable: do_bench median, L2 flushed between runs."""
     import triton.testing

@@ -18,6 +18,7 @@ import pytest
 from max.driver import Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType
+from test_k_cache import reference
 
 from mojo_gemm.core.host import to_numpy
 from mojo_gemm.fp8.matmul import fp8_blockwise_matmul
@@ -53,22 +54,6 @@ CASES = (
 TOKENS = (1, 7, 130, 300)
 BF16_REL = 2.0**-8
 """bf16's relative rounding bound (half an ulp at 8 significant bits)."""
-
-
-def reference(
-    a: np.ndarray, w: np.ndarray, a_s: np.ndarray, w_s: np.ndarray, gran: tuple[int, int, int]
-) -> np.ndarray:
-    """float64 out[m, n] = Σ_k a·w·a_scale[k//gk, m//gm]·w_scale[n//gn, k//gk]."""
-    gm, gn, gk = gran
-    m, k = a.shape
-    n = w.shape[0]
-    out = np.zeros((m, n))
-    for kb in range(_ceil(k, gk)):
-        cols = slice(kb * gk, min(k, (kb + 1) * gk))
-        sa = a_s[kb, np.arange(m) // gm].astype(np.float64)
-        sw = w_s[np.arange(n) // gn, kb].astype(np.float64)
-        out += (a[:, cols] * sa[:, None]) @ (w[:, cols] * sw[:, None]).T
-    return out
 
 
 def run(device_kind: str, tokens: int, seed: int) -> None:
