@@ -26,6 +26,8 @@ from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, gpu_arch, g
 
 from mojo_kernels.k_cache_matmul.entry import cache_matmul, half_matmul_ragged_paged_scale
 from mojo_kernels.k_cache_matmul.dense import fp8_blockwise_matmul
+from mojo_kernels.k_cache_matmul.kernels.wgmma import LARGE, TALL, TALL_PERSISTENT, WgmmaConfig, launch_wgmma
+from mojo_kernels.k_cache_matmul.sink import DenseRows
 from mojo_kernels.k_cache_matmul.dispatch import k_cache_gpu_plan_text
 from mojo_kernels.k_cache_matmul.layout import KV_BOTH, K_HALF, V_HALF
 from mojo_kernels.k_cache_matmul.plan import plan_shape
@@ -601,6 +603,122 @@ def dense_case[H: Int, D: Int, PAGE: Int, PAGES: Int, gm: Int, gn: Int, gk: Int]
               "TFLOP/s); K op / dense", t_paged / t_dense)
 
 
+def tile_case[gm: Int, gn: Int, gk: Int](
+    ctx: DeviceContext, name: String, M: Int, N: Int, K: Int, iters: Int, wcopies: Int = 4,
+) raises:
+    """The prefill kernel's tile configs on one dense problem (DenseRows sink): LARGE (what the
+    dispatch launches), TALL (192 x 128, three consumers) and TALL_PERSISTENT. TALL and
+    TALL_PERSISTENT must write every element and match LARGE within fp32 summation-order noise;
+    then `iters` calls of each are timed (weights rotated over `wcopies` copies)."""
+    var quick = sanitize_mode()
+    var n_iters = 0 if quick else iters
+    var kb = ceildiv(K, gk)
+    var ts = max(ceildiv(ceildiv(M, gm), 4) * 4, 4)
+    var rng = Rng(UInt64(K * 3 + M + N))
+    var h_x = unsafe_alloc[Scalar[FP8]](M * K)
+    var h_w = unsafe_alloc[Scalar[FP8]](N * K)
+    var h_as = unsafe_alloc[Float32](kb * ts)
+    var h_ws = unsafe_alloc[Float32](ceildiv(N, gn) * kb)
+    for i in range(M * K):
+        h_x[unsafe_offset=i] = (rng.next() * 400.0).cast[FP8]()
+    for i in range(N * K):
+        h_w[unsafe_offset=i] = (rng.next() * 400.0).cast[FP8]()
+    for i in range(kb * ts):
+        h_as[unsafe_offset=i] = (rng.next() * 0.5 + 1.0) * 1e-3
+    for i in range(ceildiv(N, gn) * kb):
+        h_ws[unsafe_offset=i] = (rng.next() * 0.5 + 1.0) * 1e-4
+    var poison = BFloat16(-77.0)
+    var h_poison = unsafe_alloc[BFloat16](M * N)
+    for i in range(M * N):
+        h_poison[unsafe_offset=i] = poison
+    var d_x = ctx.enqueue_create_buffer[FP8](M * K)
+    var d_w = ctx.enqueue_create_buffer[FP8](wcopies * N * K)
+    var d_as = ctx.enqueue_create_buffer[F32](kb * ts)
+    var d_ws = ctx.enqueue_create_buffer[F32](ceildiv(N, gn) * kb)
+    var d_out = ctx.enqueue_create_buffer[DType.bfloat16](M * N)
+    ctx.enqueue_copy(d_x, h_x)
+    for cp in range(wcopies):
+        ctx.enqueue_copy(d_w.create_sub_buffer[FP8](cp * N * K, N * K), h_w)
+    ctx.enqueue_copy(d_as, h_as)
+    ctx.enqueue_copy(d_ws, h_ws)
+    ctx.synchronize()
+    var shape = plan_shape(M, N, K, K, K)
+    shape.as_stride = Int32(ts)
+    shape.ws_stride = Int32(kb)
+    var rows = DenseRows[DType.bfloat16](Int(d_out.unsafe_ptr()), N)
+    var none = d_as.unsafe_ptr().as_unsafe_any_origin().unsafe_bitcast[UInt32]()
+    var calls = unsafe_alloc[Int](1)
+    calls[] = 0
+
+    @always_inline
+    def run[cfg: WgmmaConfig]() raises {var d_x, var d_w, var d_as, var d_ws, var rows, var none, var shape,
+                                        var ctx, var calls, var wcopies, var N, var K}:
+        var w = d_w.unsafe_ptr().as_unsafe_any_origin().unsafe_offset((calls[] % wcopies) * N * K)
+        calls[] += 1
+        var a_s = d_as.unsafe_ptr().as_unsafe_any_origin()
+        launch_wgmma[gm, gn, gk, DenseRows[DType.bfloat16], cfg](
+            d_x.unsafe_ptr().as_unsafe_any_origin(), none, w, a_s, d_ws.unsafe_ptr().as_unsafe_any_origin(), a_s,
+            none, none, rows, shape, ctx)
+
+    print("== tiles", name, ": M =", M, " N =", N, " K =", K)
+    var base = unsafe_alloc[BFloat16](M * N)
+    var got = unsafe_alloc[BFloat16](M * N)
+    ctx.enqueue_copy(d_out, h_poison)
+    run[LARGE]()
+    ctx.enqueue_copy(base, d_out)
+    ctx.synchronize()
+    var amax = Float32(0)
+    for i in range(M * N):
+        amax = max(amax, abs(base[unsafe_offset=i].cast[F32]()))
+
+    @always_inline
+    def check[cfg: WgmmaConfig]() raises {var run, var base, var got, var d_out, var h_poison, var ctx, var amax,
+                                          var poison, var M, var N}:
+        ctx.enqueue_copy(d_out, h_poison)
+        run[cfg]()
+        ctx.enqueue_copy(got, d_out)
+        ctx.synchronize()
+        var unwritten = 0
+        var off = 0
+        for i in range(M * N):
+            var gv = got[unsafe_offset=i]
+            if bits[DType.bfloat16](gv) == bits[DType.bfloat16](poison):
+                unwritten += 1
+            var rv = base[unsafe_offset=i].cast[F32]()
+            if abs(gv.cast[F32]() - rv) > Float32(1e-2) * abs(rv) + Float32(1e-3) * amax:
+                off += 1
+        print("  ", String(cfg), ": unwritten", unwritten, " off from LARGE", off,
+              "PASS" if unwritten == 0 and off == 0 else "FAIL")
+
+    check[TALL]()
+    check[TALL_PERSISTENT]()
+    base.unsafe_free()
+    got.unsafe_free()
+    if n_iters > 0:
+        @always_inline
+        def t_large() raises {var run}:
+            run[LARGE]()
+
+        @always_inline
+        def t_tall() raises {var run}:
+            run[TALL]()
+
+        @always_inline
+        def t_tallp() raises {var run}:
+            run[TALL_PERSISTENT]()
+
+        var flop = 2.0 * Float64(M) * Float64(N) * Float64(K)
+        t_large()
+        t_tall()
+        t_tallp()
+        ctx.synchronize()
+        var us_l = Float64(ctx.execution_time(t_large, n_iters)) / 1e3 / Float64(n_iters)
+        var us_t = Float64(ctx.execution_time(t_tall, n_iters)) / 1e3 / Float64(n_iters)
+        var us_p = Float64(ctx.execution_time(t_tallp, n_iters)) / 1e3 / Float64(n_iters)
+        print("   time/call (device events): LARGE", us_l, "us (", flop / us_l / 1e6, "TFLOP/s), TALL", us_t,
+              "us (", flop / us_t / 1e6, "), TALL persistent", us_p, "us (", flop / us_p / 1e6, ")")
+
+
 @always_inline
 def bits[dt: DType](x: Scalar[dt]) -> Int:
     comptime if dt == DType.bfloat16:
@@ -839,3 +957,10 @@ def main() raises:
     dense_case[8, 128, 128, 32, 1, 128, 128](ctx, "prefill N=1024 K=7168", 4096, 7168, 20)
     dense_case[64, 128, 128, 32, 1, 128, 128](ctx, "prefill N=8192 K=4096", 4096, 4096, 10)
     dense_case[64, 128, 128, 64, 1, 128, 128](ctx, "8192^3", 8192, 8192, 5)
+    # the prefill kernel's tile configs (LARGE is dispatched; TALL / TALL_PERSISTENT are
+    # candidates): every element written, equal to LARGE within summation-order noise, timed
+    tile_case[1, 128, 128](ctx, "ragged tails", 333, 320, 1024, 0)
+    tile_case[1, 128, 128](ctx, "N=1024 K=7168", 4096, 1024, 7168, 20)
+    tile_case[1, 128, 128](ctx, "N=8192 K=4096", 4096, 8192, 4096, 10)
+    tile_case[1, 128, 128](ctx, "N=2048 K=5120", 1024, 2048, 5120, 20)
+    tile_case[1, 128, 128](ctx, "8192^3", 8192, 8192, 8192, 5)

@@ -1,23 +1,26 @@
 """Hopper (sm_90a) path of `k_matmul_ragged_paged_scale` for many tokens: TMA + wgmma FP8.
 
-Warp-specialized: one CTA
-computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x 128, 384 threads; SMALL:
-64 x 64, 256 threads, used when LARGE would leave SMs idle: `wgmma_large_tiles`, which
-dispatch.mojo's `k_cache_gpu_plan` calls). Warpgroup 0's first thread streams BM x 128 and BN x 128
-e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by TMA into a 4-stage ring of
-"full"/"empty" mbarriers; each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32
-(4 per K tile, the first with scale-d = 0 so the block accumulator needs no zeroing) into a
-per-tile fp32 block accumulator, then multiplies it by that K block's input_scale (per token) and
+Warp-specialized: one CTA computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x
+128, 384 threads; SMALL: 64 x 64, 256 threads, used when LARGE would leave SMs idle:
+`wgmma_large_tiles`, which dispatch.mojo's `k_cache_gpu_plan` calls; TALL: 192 x 128, 512
+threads, and its persistent form, candidates the GPU harness times). Warpgroup 0's first thread
+streams BM x 128 and BN x 128 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by
+TMA into a ring of `stages` "full"/"empty" mbarriers (a persistent CTA's ring runs on from one
+tile to the next); each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32 (4 per K
+tile, the first with scale-d = 0 so the block accumulator needs no zeroing) into a per-tile
+fp32 block accumulator, then multiplies it by that K block's input_scale (per token) and
 weight_scale (per column) in fp32 registers and adds it to the running fp32 result (promotion:
-Hopper's FP8 tensor cores accumulate with reduced precision, so no sum longer than one 128-wide
-block stays inside them). With gn a multiple of the tile width, two block accumulators alternate:
-tile kt + 1's wgmmas are issued before tile kt is waited for (wait_group 1), released and
-promoted, so the promotion overlaps the warpgroup's own next MMAs (it is the serial part of a
-block-scaled FP8 main loop; docs/design/k_matmul_ragged_paged_scale.md).
-The epilogue divides by kv_scale for an fp8 cache, casts, and stores each token's row segment
-straight into its paged-cache slot (rows past T, skipped tokens and columns past N are not
-written). Requirements (checked by `wgmma_path_supported`): gk % 128 == 0, K % 16 == 0 and
-dense rows (TMA strides are 16-byte multiples). TMA zero-fills the tails of T, N and K.
+Hopper's FP8 tensor cores accumulate with reduced precision, so no sum longer than one
+128-wide block stays inside them). With gn a multiple of the tile width and at most two
+consumers, two block accumulators alternate: tile kt + 1's wgmmas are issued before tile kt is
+waited for (wait_group 1), released and promoted, so the promotion overlaps the warpgroup's
+own next MMAs (it is the serial part of a block-scaled FP8 main loop;
+docs/design/k_matmul_ragged_paged_scale.md); three consumers have registers for one block
+accumulator each and hide each other's promotion. The epilogue divides by kv_scale for an fp8
+destination, casts, and stores each token's row segment straight into its row (sink.mojo:
+rows past T, skipped tokens and columns past N are not written). Requirements (checked by
+`wgmma_path_supported`): gk % 128 == 0, K % 16 == 0 and dense rows (TMA strides are 16-byte
+multiples). TMA zero-fills the tails of T, N and K.
 """
 
 from std.math import ceildiv
@@ -25,8 +28,8 @@ from std.memory import stack_allocation
 from std.sys import size_of
 from std.utils.index import Index
 from std.utils.static_tuple import StaticTuple
-from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, thread_idx
-from max.gpu.host import DeviceContext, FuncAttribute
+from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
+from max.gpu.host import DeviceAttribute, DeviceContext, FuncAttribute
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
 from max.gpu.memory import AddressSpace, external_memory
@@ -48,7 +51,6 @@ comptime F32 = DType.float32
 comptime FP8 = DType.float8_e4m3fn
 comptime BK = 128
 """K per stage: 128 e4m3 = one 128-byte swizzle row."""
-comptime STAGES = 4
 comptime SW = TensorMapSwizzle.SWIZZLE_128B
 comptime WG_M = 64
 """Tokens per consumer warpgroup (wgmma M)."""
@@ -56,14 +58,22 @@ comptime WG_M = 64
 
 @fieldwise_init
 struct WgmmaConfig(ImplicitlyCopyable, Writable):
-    """A CTA shape: `consumers` warpgroups of 64 tokens each, times `bn` weight rows."""
+    """A CTA shape: `consumers` warpgroups of 64 tokens each, times `bn` weight rows, a ring of
+    `stages` K tiles; `persistent`: one CTA per SM walks the tiles in raster order."""
 
     var consumers: Int
     var bn: Int
+    var stages: Int
+    var persistent: Bool
 
     def write_to(self, mut writer: Some[Writer]):
-        """The plan text: "wgmma BMxBN" (tokens x weight rows per CTA)."""
+        """The plan text: "wgmma BMxBN" (tokens x weight rows per CTA), then " s=S" for a ring
+        other than 4 stages and " persistent"."""
         writer.write("wgmma ", self.bm(), "x", self.bn)
+        if self.stages != 4:
+            writer.write(" s=", self.stages)
+        if self.persistent:
+            writer.write(" persistent")
 
     def bm(self) -> Int:
         return WG_M * self.consumers
@@ -75,24 +85,46 @@ struct WgmmaConfig(ImplicitlyCopyable, Writable):
         return (self.bm() + self.bn) * BK
 
     def smem_bytes(self) -> Int:
-        return STAGES * self.stage_bytes() + 2 * STAGES * 8
+        return self.stages * self.stage_bytes() + 2 * self.stages * 8
 
     def ctas_per_sm(self) -> Int:
-        """CTAs per SM the registers are budgeted for (LARGE: one, SMALL: two)."""
-        return 1 if self.consumers > 1 else 2
+        """CTAs per SM the registers are budgeted for (one; SMALL: two)."""
+        return 2 if self.consumers == 1 else 1
+
+    def double_blocks(self) -> Bool:
+        """Two block accumulators per consumer (block kt + 1's wgmmas issued before block kt is
+        promoted), where the registers allow: up to two consumers."""
+        return self.consumers <= 2
+
+    def producer_regs(self) -> Int:
+        """Registers the producer warpgroup keeps after setmaxnreg."""
+        return 24 if self.consumers == 3 else 40
 
     def consumer_regs(self) -> Int:
-        """Registers per consumer thread after setmaxnreg, the producer keeping 40: the SM's
-        65536 split over `ctas_per_sm` CTAs (LARGE 40 + 2 x 232, SMALL 40 + 160 of 2 x 128)."""
-        return 232 if self.consumers > 1 else 160
+        """Registers per consumer thread after setmaxnreg: the SM's 65536 over `ctas_per_sm`
+        CTAs (LARGE 40 + 2 x 232; SMALL 40 + 160 of 2 x 128; three consumers 24 + 3 x 160 of
+        4 x 128: one block accumulator each)."""
+        return 232 if self.consumers == 2 else 160
 
 
-comptime LARGE = WgmmaConfig(consumers=2, bn=128)
+comptime LARGE = WgmmaConfig(consumers=2, bn=128, stages=4, persistent=False)
 """128 tokens x 128 columns, 384 threads: many tokens."""
-comptime SMALL = WgmmaConfig(consumers=1, bn=64)
+comptime SMALL = WgmmaConfig(consumers=1, bn=64, stages=4, persistent=False)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
+comptime TALL = WgmmaConfig(consumers=3, bn=128, stages=5, persistent=False)
+"""192 tokens x 128 columns, 512 threads: 1/6 fewer L2 -> SM bytes per FLOP than LARGE (an
+FP8 128 x 128 tile needs ~9 TB/s of them at 1.2 PFLOP/s); one block accumulator per consumer,
+the three consumers hiding each other's promotion. Not dispatched: the GPU harness times it
+against LARGE."""
+comptime TALL_PERSISTENT = WgmmaConfig(consumers=3, bn=128, stages=5, persistent=True)
+"""TALL with one CTA per SM walking the tiles (raster groups of RASTER_GROUP_M M tiles): the
+ring streams on across tiles (no fill per tile), the epilogue overlaps the next tile's loads.
+Not dispatched (see TALL)."""
 comptime MIN_CTAS_FOR_LARGE = 120
 """LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
+comptime RASTER_GROUP_M = 8
+"""M tiles per raster group of a persistent walk: concurrent CTAs share tokens and weights in
+L2 (the weights of N = K = 8192 are 64 MB, more than L2)."""
 
 
 @always_inline
@@ -111,6 +143,18 @@ def _tile_scales[gm: Int, gn: Int, gk: Int](
         w_scale[unsafe_offset=(n0 // gn) * Int(shape.ws_stride) + kb],
         Float32(0),
     )
+
+
+@always_inline
+def _raster_tile(lin: Int, ntm: Int, ntn: Int) -> Tuple[Int, Int]:
+    """(M tile, N tile) of tile `lin` of a persistent walk: groups of RASTER_GROUP_M M tiles
+    walk the N tiles (32-bit arithmetic: fewer registers in the consumers)."""
+    var l = UInt32(lin)
+    var per_group = UInt32(RASTER_GROUP_M) * UInt32(ntn)
+    var first = (l // per_group) * UInt32(RASTER_GROUP_M)
+    var gm_ = min(UInt32(ntm) - first, UInt32(RASTER_GROUP_M))
+    var r = l % per_group
+    return (Int(first + r % gm_), Int(r // gm_))
 
 
 @__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
@@ -136,6 +180,7 @@ def _wgmma_kernel[
 ):
     comptime BM = cfg.bm()
     comptime BN = cfg.bn
+    comptime STAGES = cfg.stages
     comptime A_TILE = BM * BK
     comptime B_TILE = BN * BK
     comptime STAGE_BYTES = A_TILE + B_TILE
@@ -161,25 +206,43 @@ def _wgmma_kernel[
     var T = Int(shape.T)
     var N = Int(shape.N)
     var num_k_tiles = ceildiv(K, BK)
-    var n0 = block_idx.x * BN
-    var m0 = block_idx.y * BM
+    var ntn = ceildiv(N, BN)
+    var ntm = ceildiv(T, BM)
+    # the tiles this CTA computes: tile i of [first, last) in steps of `step` (one tile of the
+    # 2-D grid unless persistent); the ring position runs on across them
+    var first = block_idx.x if cfg.persistent else 0
+    var last = ntm * ntn if cfg.persistent else 1
+    var step = grid_dim.x if cfg.persistent else 1
     var wg = tid // 128
+
+    @always_inline
+    @__parameter
+    def tile_origin(i: Int) -> Tuple[Int, Int]:
+        """(m0, n0) of tile i."""
+        comptime if cfg.persistent:
+            var t = _raster_tile(i, ntm, ntn)
+            return (t[0] * BM, t[1] * BN)
+        else:
+            return (block_idx.y * BM, block_idx.x * BN)
 
     # setmaxnreg: besides moving registers to the consumers, it is what stops ptxas from
     # serializing the wgmmas of this kernel (C7520, measured: +25-30 % at 128 x 128 tiles)
     if wg == 0:
-        warpgroup_reg_dealloc[40]()
+        warpgroup_reg_dealloc[cfg.producer_regs()]()
         if tid == 0:
-            for kt in range(num_k_tiles):
-                var s = kt % STAGES
-                var phase = UInt32((kt // STAGES) & 1)
-                if kt >= STAGES:
-                    empty[unsafe_offset=s].wait(phase ^ 1)
-                full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
-                var a_dst = TileTensor(a_smem.unsafe_offset(s * A_TILE), a_full_layout)
-                var b_dst = TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
-                a_tma.async_copy(a_dst, full[unsafe_offset=s], (kt * BK, m0))
-                b_tma.async_copy(b_dst, full[unsafe_offset=s], (kt * BK, n0))
+            var g = 0  # K tiles loaded so far: the ring position
+            for i in range(first, last, step):
+                var o = tile_origin(i)
+                for kt in range(num_k_tiles):
+                    var s = g % STAGES
+                    if g >= STAGES:
+                        empty[unsafe_offset=s].wait(UInt32(((g // STAGES) & 1) ^ 1))
+                    full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
+                    var a_dst = TileTensor(a_smem.unsafe_offset(s * A_TILE), a_full_layout)
+                    var b_dst = TileTensor(b_smem.unsafe_offset(s * B_TILE), b_layout)
+                    a_tma.async_copy(a_dst, full[unsafe_offset=s], (kt * BK, o[0]))
+                    b_tma.async_copy(b_dst, full[unsafe_offset=s], (kt * BK, o[1]))
+                    g += 1
         return
 
     warpgroup_reg_alloc[cfg.consumer_regs()]()
@@ -187,17 +250,12 @@ def _wgmma_kernel[
     var ltid = tid - 128 * wg
     var warp = ltid // 32
     var lane = ltid % 32
-    var r_lo = m0 + c * WG_M + warp * 16 + lane // 4
-    var r_hi = r_lo + 8
-    var col0 = n0 + 2 * (lane % 4)
     var accum = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
     var blk = TileTensor(
         stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
     )
-    comptime for i in range(FRAG):
-        accum[0, i] = 0
     var mma = TensorCoreAsync[
         F32, FP8, FP8, Index(WG_M, BN, 32), a_swizzle=SW, b_swizzle=SW, transpose_b=True
     ]()
@@ -205,11 +263,11 @@ def _wgmma_kernel[
     var ws_stride = Int(shape.ws_stride)
 
     @always_inline
-    def issue(kt: Int, buf: type_of(blk)) {var full, var a_smem, var b_smem, var c, mma}:
-        """Waits for K tile kt and issues its 4 wgmma k32 steps into buf as one group (step 0
-        overwrites buf: no zeroing moves, which made ptxas inject warpgroup.arrive)."""
-        var s = kt % STAGES
-        full[unsafe_offset=s].wait(UInt32((kt // STAGES) & 1))
+    def issue(g: UInt32, buf: type_of(blk)) {var full, var a_smem, var b_smem, var c, mma}:
+        """Waits for ring position g and issues its 4 wgmma k32 steps into buf as one group
+        (step 0 overwrites buf: no zeroing moves, which made ptxas inject warpgroup.arrive)."""
+        var s = Int(g % UInt32(STAGES))
+        full[unsafe_offset=s].wait((g // UInt32(STAGES)) & 1)
         warpgroup_fence(buf)
         mma.arrive()
         mma.wgmma[scale_c=0](
@@ -221,12 +279,12 @@ def _wgmma_kernel[
         warpgroup_fence(buf)
 
     @always_inline
-    def release(kt: Int, buf: type_of(blk)) {var empty, var ltid}:
-        """After the wait that completes K tile kt's group in buf: frees its stage (one arrival
-        per consumer warpgroup)."""
+    def release(g: UInt32, buf: type_of(blk)) {var empty, var ltid}:
+        """After the wait that completes ring position g's group in buf: frees its stage (one
+        arrival per consumer warpgroup)."""
         warpgroup_fence(buf)
         if ltid == 0:
-            _ = empty[unsafe_offset=kt % STAGES].arrive()
+            _ = empty[unsafe_offset=Int(g % UInt32(STAGES))].arrive()
 
     @always_inline
     def promote(buf: type_of(blk), sc: SIMD[F32, 4]) {var accum}:
@@ -236,82 +294,104 @@ def _wgmma_kernel[
             var f = sc[i % 4 // 2] * sc[2]
             accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](buf[0, i]) * f
 
-    comptime if gn % BN == 0:
-        # two block accumulators: block kt + 1's wgmmas are issued before block kt is promoted
-        # (wait_group 1), so a warpgroup's promotion overlaps its own next MMAs
-        var blk2 = TileTensor(
-            stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
-        )
-        var sc = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, 0, r_lo, n0)
-        issue(0, blk)
-        var last = num_k_tiles - 1
-        for p in range(last // 2):
-            comptime for h in range(2):  # blk and blk2 alternate at compile time
-                var kt = 2 * p + h
-                var cur = blk if h == 0 else blk2
-                var nxt = blk2 if h == 0 else blk
-                var sc_next = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, kt + 1, r_lo, n0)
-                issue(kt + 1, nxt)
-                mma.wait_group[1]()
-                release(kt, cur)
-                promote(cur, sc)
-                sc = sc_next
-        if last % 2 == 1:  # blocks last - 1 (in blk) and last (in blk2) remain
-            var sc_last = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, last, r_lo, n0)
-            issue(last, blk2)
-            mma.wait_group[1]()
-            release(last - 1, blk)
-            promote(blk, sc)
-            mma.wait_group[0]()
-            release(last, blk2)
-            promote(blk2, sc_last)
-        else:  # block last remains, in blk
-            mma.wait_group[0]()
-            release(last, blk)
-            promote(blk, sc)
-    else:
-        # gn not a multiple of BN: a weight scale per column, one block at a time
-        for kt in range(num_k_tiles):
-            var kb = (kt * BK) // gk
-            var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
-            var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
-            issue(kt, blk)
-            mma.wait_group[0]()
-            release(kt, blk)
-            # fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
-            # n0 + 8j + 2 (lane % 4) + q % 2
-            comptime for j in range(FRAG // 4):
-                comptime for q in range(4):
-                    comptime i = 4 * j + q
-                    var n = col0 + 8 * j + q % 2
-                    var sw = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
-                    var sa = sa_lo if q < 2 else sa_hi
-                    accum[0, i] = rebind[Float32](accum[0, i]) + rebind[Float32](blk[0, i]) * (sa * sw)
+    var g0 = UInt32(0)  # ring position of this tile's first K tile (32-bit: consumer registers)
+    var i32 = UInt32(first)
+    while i32 < UInt32(last):
+        var o = tile_origin(Int(i32))
+        i32 += UInt32(step)
+        var m0 = o[0]
+        var n0 = o[1]
+        var r_lo = m0 + c * WG_M + warp * 16 + lane // 4
+        var r_hi = r_lo + 8
+        var col0 = n0 + 2 * (lane % 4)
+        comptime for j in range(FRAG):
+            accum[0, j] = 0
 
-    # epilogue: each token's row segment straight to its destination row
-    comptime for half in range(2):
-        var addr = row_addr(sink, offsets, cache_lengths, lut, shape, r_lo + 8 * half)
-        if addr != 0:
-            var dst = row_ptr[sink_t](addr)
-            comptime for j in range(FRAG // 4):
-                var n = col0 + 8 * j
-                var v = SIMD[F32, 2](
-                    rebind[Float32](accum[0, 4 * j + 2 * half]),
-                    rebind[Float32](accum[0, 4 * j + 2 * half + 1]),
-                )
-                comptime if is_fp8_cache[sink_t.dtype]():
-                    if Int(shape.n_kv_scale) > 1:
-                        v = v / SIMD[F32, 2](
-                            kv_scale[unsafe_offset=n // group],
-                            kv_scale[unsafe_offset=(n + 1) // group],
-                        )
-                    else:
-                        v = v / kv_scale[unsafe_offset=0]
-                var out = store_cast[sink_t.dtype, 2](v)
-                if n + 1 < N:
-                    dst.unsafe_offset(n).unsafe_store[alignment=2 * size_of[sink_t.dtype]()](0, out)
-                elif n < N:
-                    dst[unsafe_offset=n] = out[0]
+        comptime if gn % BN == 0 and cfg.double_blocks():
+            # two block accumulators: block kt + 1's wgmmas are issued before block kt is
+            # promoted (wait_group 1), so a warpgroup's promotion overlaps its own next MMAs
+            var blk2 = TileTensor(
+                stack_allocation[FRAG, Float32, address_space=AddressSpace.LOCAL](), row_major[1, FRAG]()
+            )
+            var sc = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, 0, r_lo, n0)
+            issue(g0, blk)
+            var last_kt = num_k_tiles - 1
+            for p in range(last_kt // 2):
+                comptime for h in range(2):  # blk and blk2 alternate at compile time
+                    var kt = 2 * p + h
+                    var cur = blk if h == 0 else blk2
+                    var nxt = blk2 if h == 0 else blk
+                    var sc_next = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, kt + 1, r_lo, n0)
+                    issue(g0 + UInt32(kt + 1), nxt)
+                    mma.wait_group[1]()
+                    release(g0 + UInt32(kt), cur)
+                    promote(cur, sc)
+                    sc = sc_next
+            if last_kt % 2 == 1:  # blocks last - 1 (in blk) and last (in blk2) remain
+                var sc_last = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, last_kt, r_lo, n0)
+                issue(g0 + UInt32(last_kt), blk2)
+                mma.wait_group[1]()
+                release(g0 + UInt32(last_kt - 1), blk)
+                promote(blk, sc)
+                mma.wait_group[0]()
+                release(g0 + UInt32(last_kt), blk2)
+                promote(blk2, sc_last)
+            else:  # block last remains, in blk
+                mma.wait_group[0]()
+                release(g0 + UInt32(last_kt), blk)
+                promote(blk, sc)
+        elif gn % BN == 0:
+            # one block accumulator: the other consumers' MMAs run while this one promotes
+            for kt in range(num_k_tiles):
+                var sc = _tile_scales[gm, gn, gk](in_scale, w_scale, shape, kt, r_lo, n0)
+                issue(g0 + UInt32(kt), blk)
+                mma.wait_group[0]()
+                release(g0 + UInt32(kt), blk)
+                promote(blk, sc)
+        else:
+            # gn not a multiple of BN: a weight scale per column, one block at a time
+            for kt in range(num_k_tiles):
+                var kb = (kt * BK) // gk
+                var sa_lo = in_scale[unsafe_offset=kb * as_stride + r_lo // gm] if r_lo < T else Float32(0)
+                var sa_hi = in_scale[unsafe_offset=kb * as_stride + r_hi // gm] if r_hi < T else Float32(0)
+                issue(g0 + UInt32(kt), blk)
+                mma.wait_group[0]()
+                release(g0 + UInt32(kt), blk)
+                # fragment register 4j + q holds row (q < 2 ? r_lo : r_hi), column
+                # n0 + 8j + 2 (lane % 4) + q % 2
+                comptime for j in range(FRAG // 4):
+                    comptime for q in range(4):
+                        comptime ii = 4 * j + q
+                        var n = col0 + 8 * j + q % 2
+                        var sw = w_scale[unsafe_offset=(n // gn) * ws_stride + kb] if n < N else Float32(0)
+                        var sa = sa_lo if q < 2 else sa_hi
+                        accum[0, ii] = rebind[Float32](accum[0, ii]) + rebind[Float32](blk[0, ii]) * (sa * sw)
+        g0 += UInt32(num_k_tiles)
+
+        # epilogue: each token's row segment straight to its destination row
+        comptime for half in range(2):
+            var addr = row_addr(sink, offsets, cache_lengths, lut, shape, r_lo + 8 * half)
+            if addr != 0:
+                var dst = row_ptr[sink_t](addr)
+                comptime for j in range(FRAG // 4):
+                    var n = col0 + 8 * j
+                    var v = SIMD[F32, 2](
+                        rebind[Float32](accum[0, 4 * j + 2 * half]),
+                        rebind[Float32](accum[0, 4 * j + 2 * half + 1]),
+                    )
+                    comptime if is_fp8_cache[sink_t.dtype]():
+                        if Int(shape.n_kv_scale) > 1:
+                            v = v / SIMD[F32, 2](
+                                kv_scale[unsafe_offset=n // group],
+                                kv_scale[unsafe_offset=(n + 1) // group],
+                            )
+                        else:
+                            v = v / kv_scale[unsafe_offset=0]
+                    var out = store_cast[sink_t.dtype, 2](v)
+                    if n + 1 < N:
+                        dst.unsafe_offset(n).unsafe_store[alignment=2 * size_of[sink_t.dtype]()](0, out)
+                    elif n < N:
+                        dst[unsafe_offset=n] = out[0]
 
 
 def wgmma_path_supported[gk: Int](shape: KCacheShape) -> Bool:
@@ -363,9 +443,12 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: WgmmaConfig](
         type_of(a_tma).tile_shape, type_of(a_tma).desc_shape,
         type_of(b_tma).tile_shape, type_of(b_tma).desc_shape,
     ]
+    var tiles = ceildiv(N, BN) * ceildiv(T, BM)
+    var grid = (min(tiles, ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT)), 1) if cfg.persistent else (
+        ceildiv(N, BN), ceildiv(T, BM))
     ctx.enqueue_function[kernel](
         a_tma, b_tma, offsets, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape,
-        grid_dim=(ceildiv(N, BN), ceildiv(T, BM)),
+        grid_dim=grid,
         block_dim=cfg.threads(),
         shared_mem_bytes=SMEM,
         func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(SMEM)),
