@@ -26,7 +26,9 @@ from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, gpu_arch, g
 
 from mojo_kernels.k_cache_matmul.entry import cache_matmul, half_matmul_ragged_paged_scale
 from mojo_kernels.k_cache_matmul.dense import fp8_blockwise_matmul
-from mojo_kernels.k_cache_matmul.kernels.wgmma import LARGE, TALL, TALL_PERSISTENT, WgmmaConfig, launch_wgmma
+from mojo_kernels.k_cache_matmul.kernels.wgmma import (
+    LARGE, LARGE_PERSISTENT, TALL, TALL_PERSISTENT, WgmmaConfig, launch_wgmma,
+)
 from mojo_kernels.k_cache_matmul.sink import DenseRows
 from mojo_kernels.k_cache_matmul.dispatch import k_cache_gpu_plan_text
 from mojo_kernels.k_cache_matmul.layout import KV_BOTH, K_HALF, V_HALF
@@ -607,9 +609,10 @@ def tile_case[gm: Int, gn: Int, gk: Int](
     ctx: DeviceContext, name: String, M: Int, N: Int, K: Int, iters: Int, wcopies: Int = 4,
 ) raises:
     """The prefill kernel's tile configs on one dense problem (DenseRows sink): LARGE (what the
-    dispatch launches), TALL (192 x 128, three consumers) and TALL_PERSISTENT. TALL and
-    TALL_PERSISTENT must write every element and match LARGE within fp32 summation-order noise;
-    then `iters` calls of each are timed (weights rotated over `wcopies` copies)."""
+    dispatch launches), LARGE_PERSISTENT, TALL (192 x 128, three consumers) and
+    TALL_PERSISTENT. Each candidate must write every element and match LARGE within fp32
+    summation-order noise; then `iters` calls of each are timed (weights rotated over
+    `wcopies` copies)."""
     var quick = sanitize_mode()
     var n_iters = 0 if quick else iters
     var kb = ceildiv(K, gk)
@@ -690,6 +693,7 @@ def tile_case[gm: Int, gn: Int, gk: Int](
         print("  ", String(cfg), ": unwritten", unwritten, " off from LARGE", off,
               "PASS" if unwritten == 0 and off == 0 else "FAIL")
 
+    check[LARGE_PERSISTENT]()
     check[TALL]()
     check[TALL_PERSISTENT]()
     base.unsafe_free()
@@ -698,6 +702,10 @@ def tile_case[gm: Int, gn: Int, gk: Int](
         @always_inline
         def t_large() raises {var run}:
             run[LARGE]()
+
+        @always_inline
+        def t_largep() raises {var run}:
+            run[LARGE_PERSISTENT]()
 
         @always_inline
         def t_tall() raises {var run}:
@@ -709,14 +717,17 @@ def tile_case[gm: Int, gn: Int, gk: Int](
 
         var flop = 2.0 * Float64(M) * Float64(N) * Float64(K)
         t_large()
+        t_largep()
         t_tall()
         t_tallp()
         ctx.synchronize()
         var us_l = Float64(ctx.execution_time(t_large, n_iters)) / 1e3 / Float64(n_iters)
+        var us_lp = Float64(ctx.execution_time(t_largep, n_iters)) / 1e3 / Float64(n_iters)
         var us_t = Float64(ctx.execution_time(t_tall, n_iters)) / 1e3 / Float64(n_iters)
         var us_p = Float64(ctx.execution_time(t_tallp, n_iters)) / 1e3 / Float64(n_iters)
-        print("   time/call (device events): LARGE", us_l, "us (", flop / us_l / 1e6, "TFLOP/s), TALL", us_t,
-              "us (", flop / us_t / 1e6, "), TALL persistent", us_p, "us (", flop / us_p / 1e6, ")")
+        print("   time/call (device events): LARGE", us_l, "us (", flop / us_l / 1e6, "TFLOP/s), LARGE persistent",
+              us_lp, "us (", flop / us_lp / 1e6, "), TALL", us_t, "us (", flop / us_t / 1e6, "), TALL persistent",
+              us_p, "us (", flop / us_p / 1e6, ")")
 
 
 @always_inline

@@ -93,8 +93,9 @@ struct WgmmaConfig(ImplicitlyCopyable, Writable):
 
     def double_blocks(self) -> Bool:
         """Two block accumulators per consumer (block kt + 1's wgmmas issued before block kt is
-        promoted), where the registers allow: up to two consumers."""
-        return self.consumers <= 2
+        promoted), where the registers allow: up to two consumers, not persistent (the tile
+        loop's state on top of three accumulators spilled 228 bytes)."""
+        return self.consumers <= 2 and not self.persistent
 
     def producer_regs(self) -> Int:
         """Registers the producer warpgroup keeps after setmaxnreg."""
@@ -111,6 +112,9 @@ comptime LARGE = WgmmaConfig(consumers=2, bn=128, stages=4, persistent=False)
 """128 tokens x 128 columns, 384 threads: many tokens."""
 comptime SMALL = WgmmaConfig(consumers=1, bn=64, stages=4, persistent=False)
 """64 tokens x 64 columns, 256 threads: four times the CTAs when LARGE leaves SMs idle."""
+comptime LARGE_PERSISTENT = WgmmaConfig(consumers=2, bn=128, stages=4, persistent=True)
+"""LARGE with one CTA per SM walking the tiles (see TALL_PERSISTENT), one block accumulator per
+consumer. Not dispatched: the GPU harness times it against LARGE."""
 comptime TALL = WgmmaConfig(consumers=3, bn=128, stages=5, persistent=False)
 """192 tokens x 128 columns, 512 threads: 1/6 fewer L2 -> SM bytes per FLOP than LARGE (an
 FP8 128 x 128 tile needs ~9 TB/s of them at 1.2 PFLOP/s); one block accumulator per consumer,
