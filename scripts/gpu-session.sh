@@ -85,7 +85,12 @@ for part in "$@"; do
     harness-kcache)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/k_cache_gpu_harness.mojo)
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 400 .gpu-bin/k_cache_gpu_harness \
         > "$work/kcache_harness.log" 2>&1; echo "rc=$?" >> "$work/kcache_harness.log"
-      grep -hE "FAIL|fused K\+V|K op \+ V op|rc=" "$work/kcache_harness.log" ;;
+      grep -hE "FAIL|fused K\+V|K op \+ V op|== dense|== tiles|time/call \(device events\): (K op,|LARGE)|rc=" \
+        "$work/kcache_harness.log" ;;
+    harness-kcache-tiles)  # the prefill tile configs timed over issue 21's shapes (.gpu-bin)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 300 .gpu-bin/k_cache_gpu_harness --tiles \
+        > "$work/kcache_tiles.log" 2>&1; echo "rc=$?" >> "$work/kcache_tiles.log"
+      grep -hE "FAIL|== tiles|time/call|rc=" "$work/kcache_tiles.log" ;;
     harness-route)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/moe_route_gpu_harness.mojo
       # benchmarks/mojo/moe_route_bench.mojo)
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 200 .gpu-bin/moe_route_gpu_harness \
