@@ -133,6 +133,10 @@ def _moe() -> mg.MoEBlock:
     return mg.MoEBlock(64, 16, 4, 2)
 
 
+def _fp8_linear() -> mg.Fp8Linear:
+    return mg.Fp8Linear(256, 128)
+
+
 def _kv_projection() -> mg.PagedKVProjection:
     return mg.PagedKVProjection(KV_PARAMS, 128, 0)
 
@@ -231,6 +235,17 @@ APIS = (
          "scales_granularity_mnk": (1, 128, 128)},
         {"a": NOT_TENSOR, "a_scale": NOT_TENSOR, "w": NOT_TENSOR, "w_scale": NOT_TENSOR,
          "scales_granularity_mnk": (128, ("1", 2, 3))}),
+    Api("Fp8Linear", lambda v, a: mg.Fp8Linear(**a),
+        {"in_features": 256, "out_features": 128, "dtype": BF16, "device": CPU, "block": 128},
+        {"in_features": NOT_INT, "out_features": NOT_INT, "dtype": ("bf16",),
+         "device": ("cpu",), "block": NOT_INT}),
+    Api("Fp8Linear.__call__", _layer(_fp8_linear, "__call__"), {"x": TENSOR},
+        {"x": NOT_TENSOR}),
+    Api("Fp8Linear.fp8_state", _layer(_fp8_linear, "fp8_state"),
+        {"weight": mg.quantize_fp8_blockwise(np.zeros((128, 256)), (128, 128))},
+        {"weight": (np.zeros((128, 256)),)}),
+    Api("Fp8Linear.state_from_float", _layer(_fp8_linear, "state_from_float"),
+        {"weight": np.zeros((128, 256))}, {"weight": NOT_ARRAY}),
     Api("quantize_fp8_rows", lambda v, a: mg.quantize_fp8_rows(**a),
         {"x": TENSOR, "block": 128}, {"x": NOT_TENSOR, "block": NOT_INT}),
     Api("PagedKVProjection", lambda v, a: mg.PagedKVProjection(**a),

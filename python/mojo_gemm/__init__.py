@@ -17,7 +17,8 @@ Public API:
 - MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
   combine).
 - Dense FP8 block-scaled GEMM (op `fp8_blockwise_matmul`): `fp8_blockwise_matmul` (bf16 out;
-  the K-cache op's kernels with a dense output).
+  the K-cache op's kernels with a dense output), `Fp8Linear` (its layer, activations quantized
+  on the graph by `quantize_fp8_rows`).
 - FP8 K/V projection layer: `PagedKVProjection` (`quantize_fp8_rows` + both halves in one op,
   `kv_matmul_ragged_paged_scale`: the K op and its V twin `v_matmul_ragged_paged_scale` fused).
 - `kernels_package`: the precompiled kernels (`.mojoc`) the graph functions add to every graph;
@@ -31,6 +32,7 @@ Public API:
 from . import contracts
 from .core.extension import kernels_package, kernels_path
 from .core.targets import gpu_path
+from .fp8.layer import Fp8Linear
 from .fp8.matmul import fp8_blockwise_matmul
 from .fp8.op import quantize_fp8_rows
 from .fp8.quant import Fp8Blockwise, fp8_buffer, quantize_fp8_blockwise, quantize_fp8_input
@@ -56,6 +58,7 @@ from .router.op import MoERouting, moe_route
 __all__ = [
     "ExpertGrouping",
     "Fp8Blockwise",
+    "Fp8Linear",
     "GroupedLinear",
     "Int4Linear",
     "Int4Weight",

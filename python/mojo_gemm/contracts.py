@@ -13,7 +13,12 @@ Each op's sub-package holds its contract (`<op>/contract.py`); this module lists
 """
 
 from .core.rules import Contract, Rule
-from .fp8.contract import FP8_BLOCKWISE_MATMUL, QUANTIZE_FP8_ROWS
+from .fp8.contract import (
+    FP8_BLOCKWISE_MATMUL,
+    FP8_LINEAR,
+    FP8_LINEAR_CALL,
+    QUANTIZE_FP8_ROWS,
+)
 from .grouped.contract import GROUPED_DTYPES, GROUPED_MATMUL
 from .int4.contract import (
     INT4_ACTIVATION_DTYPES,
@@ -40,6 +45,8 @@ ALL_CONTRACTS: tuple[Contract, ...] = (
     KV_MATMUL_RAGGED_PAGED_SCALE,
     QUANTIZE_FP8_ROWS,
     FP8_BLOCKWISE_MATMUL,
+    FP8_LINEAR,
+    FP8_LINEAR_CALL,
     PAGED_KV_PROJECTION,
     PAGED_KV_PROJECTION_CALL,
     MOE_ROUTE,
@@ -50,6 +57,8 @@ ALL_CONTRACTS: tuple[Contract, ...] = (
 __all__ = [
     "ALL_CONTRACTS",
     "FP8_BLOCKWISE_MATMUL",
+    "FP8_LINEAR",
+    "FP8_LINEAR_CALL",
     "GROUPED_DTYPES",
     "GROUPED_MATMUL",
     "INT4_ACTIVATION_DTYPES",

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from max.dtype import DType
 
 from ..core.rules import (
+    DEVICE,
+    DTYPE,
     INT,
     INT_SEQ,
     TENSOR,
@@ -200,3 +202,60 @@ FP8_BLOCKWISE_MATMUL = Contract(
     },
 )
 """Rules of `mojo_gemm.fp8_blockwise_matmul`."""
+
+
+# ------------------------------------------------------------------------ the Fp8Linear layer
+def _dtype_ok(a: Args) -> Violation:
+    d = a["dtype"]
+    return None if d in QUANTIZE_INPUT_DTYPES else ("bfloat16, float16 or float32", d)
+
+
+FP8_LINEAR = Contract(
+    op="Fp8Linear",
+    summary=(
+        "y = x · Wᵀ for x [..., in_features] (`dtype`) and a block-scaled e4m3 weight W "
+        "[out_features, in_features] (scales per block × block): x is quantized per token and "
+        "per `block` columns (`quantize_fp8_rows`), multiplied by `fp8_blockwise_matmul` "
+        "(scales_granularity_mnk = (1, block, block)) and returned in `dtype` [..., out_features]."
+    ),
+    rules=(
+        Rule("in_features", "a positive int", positive_int("in_features")),
+        Rule("out_features", "a positive int", positive_int("out_features")),
+        Rule("dtype", "bfloat16, float16 or float32 (the activations' dtype)", _dtype_ok,
+             TypeError),
+        Rule("block", "a positive int (scale block of activations and weights)",
+             positive_int("block")),
+    ),
+    types={"in_features": INT, "out_features": INT, "dtype": DTYPE, "device": DEVICE,
+           "block": INT},
+)
+"""Construction rules of `mojo_gemm.Fp8Linear`."""
+
+
+def _x_call_dtype(a: Args) -> Violation:
+    return None if a["x"].dtype == a["dtype"] else (f"{a['dtype']} (the layer's dtype)",
+                                                    a["x"].dtype)
+
+
+def _x_call_features(a: Args) -> Violation:
+    got = shape_of(a["x"])
+    ok = len(got) >= 1 and got[-1] == a["in_features"]
+    return None if ok else (f"[..., {a['in_features']}]", got)
+
+
+def _x_call_device(a: Args) -> Violation:
+    dev = a["x"].device
+    return None if dev == a["device"] else (f"{a['device']} (the layer's device)", dev)
+
+
+FP8_LINEAR_CALL = Contract(
+    op="Fp8Linear.__call__",
+    summary="x must have the layer's dtype and device and in_features as its last dimension.",
+    types={"x": TENSOR},
+    rules=(
+        Rule("x", "the layer's dtype", _x_call_dtype, TypeError),
+        Rule("x", "last dimension equals the layer's in_features", _x_call_features),
+        Rule("x", "on the layer's device", _x_call_device),
+    ),
+)
+"""Call rules of `Fp8Linear.__call__`."""
