@@ -47,10 +47,9 @@ R = 16
 M_VALUES = (1, 16, 64, 256, 1024, 4096)
 CHECK_ROWS = 32
 TOL = 2e-2
-T0 = time.perf_counter()
-BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "285"))
+BUDGET = harness.Budget(285.0)
+left, log, skip = BUDGET.left, BUDGET.log, BUDGET.skip
 SHAPE_NEED_S = 25.0
-SKIPPED: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -73,17 +72,7 @@ SHAPES = (
 CPU_SHAPES = (Shape(256, 384, (1, 7, 130)),)
 
 
-def left() -> float:
-    return BUDGET_S - (time.perf_counter() - T0)
 
-
-def log(*parts: object) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f}s]", *parts, flush=True)
-
-
-def skip(what: str) -> None:
-    SKIPPED.append(what)
-    log(what)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -324,7 +313,7 @@ def main() -> None:
     if args.virtual_arch:
         compile_virtual(args.virtual_arch)
         os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
-    log(f"bench_fp8_matmul: {args.device}, budget {BUDGET_S:.0f}s")
+    log(f"bench_fp8_matmul: {args.device}, budget {BUDGET.seconds:.0f}s")
     rows: list[dict[str, Any]] = []
     if args.device == "cpu":
         run_ours(False, CPU_SHAPES, {}, rows)
@@ -349,8 +338,7 @@ def main() -> None:
                "weights; x_torch_kernel = torch_us / kernel_us (> 1: ours faster); "
                "fused_over_dense = the K-cache op's kernel_us (k_matmul_paged_gpu.json, bf16 "
                "cache, same N, K, T) / ours; granularity (1, 128, 128), bf16 out",
-        extra={"bars": summary, "skipped": SKIPPED,
-               "elapsed_s": round(time.perf_counter() - T0, 1)},
+        extra={"bars": summary, "skipped": BUDGET.skipped, "elapsed_s": round(BUDGET.elapsed(), 1)},
         notes_md="Bars (issue 21, kernel time):\n\n" + "\n".join(f"- {b}" for b in lines),
     )
     log("done")

@@ -72,8 +72,8 @@ TOL = 2e-2
 ONE_OP_S = 5e-3
 POISON = {"bf16": 0xFFFF, "fp8": 0xFF}
 """NaN bit patterns of a bf16 / e4m3fn cache element."""
-T0 = time.perf_counter()
-BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "285"))
+BUDGET = harness.Budget(285.0)
+left, log, skip = BUDGET.left, BUDGET.log, BUDGET.skip
 MAX_COMPILE_NEED_S = 100.0
 """MAX's graphs are compiled only when this much of the budget is left (its 6 graphs took 116 s
 for sm_90a on 2 busy CPU cores; baselines_max compiled 2 of them in 22 s on the H200 host)."""
@@ -117,10 +117,6 @@ CPU_T = (1, 16, 64, 200)
 CPU_COPIES = 2
 
 
-def left() -> float:
-    """Seconds of the wall budget left."""
-    return BUDGET_S - (time.perf_counter() - T0)
-
 
 def replay_wanted(t: int) -> bool:
     """Whether a row gets its captured time: always below REPLAY_BIG_T tokens; at T >=
@@ -129,19 +125,8 @@ def replay_wanted(t: int) -> bool:
     return t < REPLAY_BIG_T or left() > REPLAY_BIG_NEED_S
 
 
-SKIPPED: list[str] = []
-"""What the budget or a failure left out (recorded in the JSON)."""
 
 
-def log(*parts: object) -> None:
-    """A progress line with the elapsed time."""
-    print(f"[{time.perf_counter() - T0:6.1f}s]", *parts, flush=True)
-
-
-def skip(what: str) -> None:
-    """Logs and records something left out."""
-    SKIPPED.append(what)
-    log(what)
 
 
 # ---------------------------------------------------------------- batch and host data (numpy)
@@ -851,7 +836,7 @@ def main() -> None:
     if args.virtual_arch:
         compile_virtual(args.virtual_arch)
         os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
-    log(f"bench_k_matmul_paged: {args.device}, budget {BUDGET_S:.0f}s")
+    log(f"bench_k_matmul_paged: {args.device}, budget {BUDGET.seconds:.0f}s")
     rows: dict[tuple[str, str, int], dict[str, Any]] = {}
     if args.device == "cpu":
         setup = make_setup("cpu")
@@ -898,8 +883,7 @@ def main() -> None:
                "torch_scatter_us / kernel_us, kTBps = fp8 weight bytes / kernel_us; "
                "granularity (1, 128, 128), page 128, TBps on fp8 weight bytes; kernel_us: median "
                "device duration of our kernels in one execute of the same graph (CUPTI trace)",
-        extra={"bars": summary, "skipped": SKIPPED,
-               "elapsed_s": round(time.perf_counter() - T0, 1)},
+        extra={"bars": summary, "skipped": BUDGET.skipped, "elapsed_s": round(BUDGET.elapsed(), 1)},
         notes_md="Bars (issue 18's captured ones, then issue 21's by kernel time):\n\n"
                  + "\n".join(f"- {b}" for b in lines),
     )

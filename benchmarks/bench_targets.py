@@ -63,31 +63,16 @@ KCACHE = kp.Problem(8, 4096)
 """N = 8 · 128 = 1024, K = 4096."""
 KCACHE_T = (16, 1024)
 TOL = {"int4": 1e-2, "grouped": 1e-2, "kcache": 2e-2}
-T0 = time.perf_counter()
-BUDGET_S = float(os.environ.get("BENCH_BUDGET_S", "150"))
+BUDGET = harness.Budget(150.0)
+left, log, skip = BUDGET.left, BUDGET.log, BUDGET.skip
 COMPILE_NEED_S = 30.0
 """A path (its module of three one-op graphs compiled, then its rows) starts only when this much
 of the budget is left, or as much as the previous path took, if more."""
 ROW_NEED_S = 3.0
 """A row (two executes, two CUPTI traces) starts only when this much of the budget is left."""
-SKIPPED: list[str] = []
-"""What the budget or a failure left out (recorded in the JSON)."""
 
 
-def left() -> float:
-    """Seconds of the wall budget left."""
-    return BUDGET_S - (time.perf_counter() - T0)
 
-
-def log(*parts: object) -> None:
-    """A progress line with the elapsed time."""
-    print(f"[{time.perf_counter() - T0:6.1f}s]", *parts, flush=True)
-
-
-def skip(what: str) -> None:
-    """Logs and records something left out."""
-    SKIPPED.append(what)
-    log(what)
 
 
 @contextlib.contextmanager
@@ -357,7 +342,7 @@ def main() -> None:
 
     if accelerator_count() == 0:
         raise SystemExit("bench_targets: needs a GPU (or --virtual-compile)")
-    log(f"bench_targets: budget {BUDGET_S:.0f}s")
+    log(f"bench_targets: budget {BUDGET.seconds:.0f}s")
     rows = run_gpu()
     broken = [f"{r['op']} {r['size']} {r['path']}" for r in rows
               if r.get("ok") not in (None, "ok", "ref")]
@@ -372,9 +357,9 @@ def main() -> None:
                "K-cache op's output is its whole zeroed bf16 cache). int4: N = K = 4096, g 128, "
                "bf16; grouped: 8 experts N = K = 2048 bf16, rows spread evenly; K-cache: "
                "N = 1024, K = 4096, granularity (1, 128, 128), page 128. Orientation only.",
-        extra={"skipped": SKIPPED, "broken": broken,
-               "elapsed_s": round(time.perf_counter() - T0, 1)},
-        notes_md=("Skipped: " + "; ".join(SKIPPED)) if SKIPPED else "",
+        extra={"skipped": BUDGET.skipped, "broken": broken,
+               "elapsed_s": round(BUDGET.elapsed(), 1)},
+        notes_md=("Skipped: " + "; ".join(BUDGET.skipped)) if BUDGET.skipped else "",
     )
     if broken:
         print("broken paths: " + ", ".join(broken), flush=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import json
+import os
 import platform
 import statistics
 import time
@@ -45,6 +46,33 @@ REPLAY_REPS = 7
 _GRAPH_KEYS = itertools.count(1 << 20)
 """Device-graph keys of `time_max_replay`: a fresh one per capture, so no two captures of a
 model (or of two models) in this process share a key."""
+
+
+class Budget:
+    """A benchmark's wall-clock budget (BENCH_BUDGET_S seconds, else `default_s`), its progress
+    log and what it left out (recorded in the benchmark's JSON)."""
+
+    def __init__(self, default_s: float) -> None:
+        self.t0 = time.perf_counter()
+        self.seconds = float(os.environ.get("BENCH_BUDGET_S", str(default_s)))
+        self.skipped: list[str] = []
+
+    def elapsed(self) -> float:
+        """Seconds since the benchmark started."""
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        """Seconds of the budget left."""
+        return self.seconds - self.elapsed()
+
+    def log(self, *parts: object) -> None:
+        """A progress line with the elapsed time."""
+        print(f"[{self.elapsed():6.1f}s]", *parts, flush=True)
+
+    def skip(self, what: str) -> None:
+        """Logs and records something left out."""
+        self.skipped.append(what)
+        self.log(what)
 
 
 def weight_copies(weight_bytes: float) -> int:
