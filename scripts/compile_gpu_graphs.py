@@ -169,7 +169,9 @@ def _k_cache_part():  # type: ignore[no-untyped-def]
             kv_scale = next(it).tensor if heads is not None else None
             k_matmul_ragged_paged_scale(p, x.tensor, offsets, w.tensor, xs.tensor, ws.tensor, coll,
                                         gran, 1, kv_scale=kv_scale)
-            if heads is None:  # the dense op: one instance per granularity
+            if gran == (1, 128, 128) and heads is None:
+                # the dense op once: its kernels are the K op's (SIMT with a dense output is
+                # compiled by the other targets' one-graph builds)
                 outs.append(fp8_blockwise_matmul(x.tensor, xs.tensor, w.tensor, ws.tensor, gran))
         return outs
 
