@@ -1,6 +1,7 @@
 """ONE graph per device holding the op instances of tests/test_moe_route.py,
-tests/test_moe_combine.py, tests/test_fp8_quantize_op.py and tests/test_fp8_matmul.py (pure-op
-graphs with a symbolic token count and no weights), so the four files share one compile. Each file's
+tests/test_moe_combine.py, tests/test_fp8_quantize_op.py, tests/test_fp8_matmul.py and
+tests/test_fp8_linear.py (ops on symbolic token counts; the one layer's weights are fixed), so
+the five files share one compile. Each file's
 `compiled(device)` returns a `Part` whose `execute` feeds the other files' inputs empty (T = 0,
 which every op accepts) and returns only its own outputs."""
 
@@ -45,6 +46,7 @@ class Part:
 
 @cache
 def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
+    from test_fp8_linear import linear_layer
     from test_fp8_matmul import CASES as MATMUL_CASES
     from test_fp8_quantize_op import CASES as QUANT_CASES
     from test_moe_combine import CASES as COMBINE_CASES
@@ -66,6 +68,8 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
                   TensorType(DType.float32, [c.k_blocks, f"Tms{n}"], dref),
                   TensorType(fp8, [c.n, c.k], dref),
                   TensorType(DType.float32, [c.n_blocks, c.k_blocks], dref)]
+    layer = linear_layer(dref)
+    types.append(TensorType(layer.dtype, [2, "Tl", layer.in_features], dref))
     with Graph(f"moe_route_quantize_{device_kind}", input_types=types) as g:
         outs = []
         for n, c in enumerate(ROUTE_CASES):
@@ -83,9 +87,10 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
         for n, c in enumerate(MATMUL_CASES):
             a, a_scale, w, w_scale = (x.tensor for x in g.inputs[first + 4 * n:first + 4 * n + 4])
             outs.append(fp8_blockwise_matmul(a, a_scale, w, w_scale, c.gran))
+        outs.append(layer(g.inputs[-1].tensor))
         g.output(*outs)
     session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g), dev, types
+    return session.load(g, weights_registry=layer.state_dict()), dev, types
 
 
 def _part(device_kind: str, which: str) -> tuple[Part, Device]:
@@ -109,10 +114,13 @@ def _part(device_kind: str, which: str) -> tuple[Part, Device]:
     if which == "combine":
         return Part(model, n_route_in + len(QUANT_CASES), n_route_out + 2 * len(QUANT_CASES),
                     len(COMBINE_CASES), idle), dev
+    first_in = n_route_in + len(QUANT_CASES) + 2 * len(COMBINE_CASES)
+    first_out = n_route_out + 2 * len(QUANT_CASES) + len(COMBINE_CASES)
     if which == "fp8_matmul":
-        return Part(model, n_route_in + len(QUANT_CASES) + 2 * len(COMBINE_CASES),
-                    n_route_out + 2 * len(QUANT_CASES) + len(COMBINE_CASES),
-                    len(MATMUL_CASES), idle), dev
+        return Part(model, first_in, first_out, len(MATMUL_CASES), idle), dev
+    if which == "fp8_linear":
+        return Part(model, first_in + 4 * len(MATMUL_CASES), first_out + len(MATMUL_CASES), 1,
+                    idle), dev
     return Part(model, 0, 0, n_route_out, idle), dev
 
 
@@ -124,6 +132,11 @@ def route_part(device_kind: str) -> tuple[Part, Device]:
 def quantize_part(device_kind: str) -> tuple[Part, Device]:
     """test_fp8_quantize_op's slice: one x per case; data, scales per case."""
     return _part(device_kind, "quantize")
+
+
+def fp8_linear_part(device_kind: str) -> tuple[Part, Device]:
+    """test_fp8_linear's slice: the layer's input x; its output."""
+    return _part(device_kind, "fp8_linear")
 
 
 def fp8_matmul_part(device_kind: str) -> tuple[Part, Device]:

@@ -1,47 +1,43 @@
 """`Fp8Linear` through a MAX graph vs float64: activations quantized on the graph
 (`quantize_fp8_rows`), the block-scaled product (`fp8_blockwise_matmul`), float16 out, rank-3
-input with a symbolic token dim and an N tail past the last scale block; then the layer's
-construction and call rules and its state helpers."""
+input with a symbolic token dim and an N tail past the last scale block (the layer lives in
+tests/shared_op_graph.py's graph); then the layer's construction and call rules and its state
+helpers."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import pytest
-from max.driver import CPU, Accelerator, Device
 from max.dtype import DType
-from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 
 import mojo_gemm as mg
 from mojo_gemm.core.host import to_buffer, to_numpy
 from mojo_gemm.fp8.quant import quantize_fp8_blockwise, quantize_fp8_input
+from shared_op_graph import fp8_linear_part
 
 IN, OUT, BLOCK = 320, 200, 128
 
 
-@cache
-def compiled(device_kind: str) -> tuple[Model, Device, mg.Fp8Linear, np.ndarray]:
-    """The layer (float16, weights from a fixed float matrix) in a graph on `device_kind`."""
-    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
-    layer = mg.Fp8Linear(IN, OUT, dtype=DType.float16, device=dref, block=BLOCK)
-    w = np.random.default_rng(7).standard_normal((OUT, IN)) * 0.05
-    layer.load_state_dict(layer.state_from_float(w))
-    with Graph(f"fp8_linear_{device_kind}",
-               input_types=[TensorType(DType.float16, [2, "T", IN], dref)]) as g:
-        g.output(layer(g.inputs[0].tensor))
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    model = session.load(g, weights_registry=layer.state_dict())
-    return model, dev, layer, w
+def layer_weight() -> np.ndarray:
+    """The layer's float weight [OUT, IN] (fixed: the layer lives in a shared compiled graph)."""
+    return np.random.default_rng(7).standard_normal((OUT, IN)) * 0.05
+
+
+def linear_layer(device: DeviceRef) -> mg.Fp8Linear:
+    """The layer under test (float16, block 128) with `layer_weight()` loaded, for
+    tests/shared_op_graph.py's graph."""
+    layer = mg.Fp8Linear(IN, OUT, dtype=DType.float16, device=device, block=BLOCK)
+    layer.load_state_dict(layer.state_from_float(layer_weight()))
+    return layer
 
 
 def run(device_kind: str, tokens: int, seed: int) -> None:
-    model, dev, _, w = compiled(device_kind)
+    part, dev = fp8_linear_part(device_kind)
+    w = layer_weight()
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((2, tokens, IN)) * 2.0).astype(np.float16).astype(np.float64)
-    (y,) = model.execute(to_buffer(x, DType.float16).to(dev))
+    (y,) = part.execute(to_buffer(x, DType.float16).to(dev))
     got = to_numpy(y).astype(np.float64)
     assert got.shape == (2, tokens, OUT)
     # float64 of what the layer computes: the host quantizer's e4m3 activations and scales (the

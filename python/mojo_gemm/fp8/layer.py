@@ -9,6 +9,9 @@ build the matching state dict.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
@@ -67,7 +70,9 @@ class Fp8Linear(Module):
         FP8_LINEAR_CALL.validate({"x": x, "dtype": self.dtype, "device": self.device,
                                   "in_features": self.in_features})
         lead = list(x.shape[:-1])
-        rows = ops.reshape(x, [-1, self.in_features]) if x.rank != 2 else x
+        # the row count as the product of the leading dims, not -1: a zero-size batch (a
+        # symbolic dim of 0) leaves -1 undetermined
+        rows = ops.reshape(x, [reduce(operator.mul, lead), self.in_features]) if x.rank != 2 else x
         data, scales = quantize_fp8_rows(rows, self.block)
         y = fp8_blockwise_matmul(data, scales, TensorValue(self.weight),
                                  TensorValue(self.weight_scale), (1, self.block, self.block))
