@@ -194,6 +194,17 @@ def same_device(name: str, ref: str) -> Callable[[Args], Violation]:
     return check
 
 
+def layer_attr(name: str, attr: str) -> Callable[[Args], Violation]:
+    """A layer call's argument `name` has the layer's `attr` ("dtype" or "device"), passed to
+    the check under the key `attr`."""
+
+    def check(a: Args) -> Violation:
+        got = getattr(a[name], attr)
+        return None if got == a[attr] else (f"{a[attr]} (the layer's {attr})", got)
+
+    return check
+
+
 def rank_is(name: str, rank: int) -> Callable[[Args], Violation]:
     def check(a: Args) -> Violation:
         v = a.get(name)

@@ -22,6 +22,7 @@ from ..core.rules import (
     Violation,
     dtype_in,
     dtype_like,
+    layer_attr,
     positive_int,
     rank_is,
     same_device,
@@ -232,20 +233,10 @@ FP8_LINEAR = Contract(
 """Construction rules of `mojo_gemm.Fp8Linear`."""
 
 
-def _x_call_dtype(a: Args) -> Violation:
-    return None if a["x"].dtype == a["dtype"] else (f"{a['dtype']} (the layer's dtype)",
-                                                    a["x"].dtype)
-
-
 def _x_call_features(a: Args) -> Violation:
     got = shape_of(a["x"])
     ok = len(got) >= 1 and got[-1] == a["in_features"]
     return None if ok else (f"[..., {a['in_features']}]", got)
-
-
-def _x_call_device(a: Args) -> Violation:
-    dev = a["x"].device
-    return None if dev == a["device"] else (f"{a['device']} (the layer's device)", dev)
 
 
 FP8_LINEAR_CALL = Contract(
@@ -253,9 +244,9 @@ FP8_LINEAR_CALL = Contract(
     summary="x must have the layer's dtype and device and in_features as its last dimension.",
     types={"x": TENSOR},
     rules=(
-        Rule("x", "the layer's dtype", _x_call_dtype, TypeError),
+        Rule("x", "the layer's dtype", layer_attr("x", "dtype"), TypeError),
         Rule("x", "last dimension equals the layer's in_features", _x_call_features),
-        Rule("x", "on the layer's device", _x_call_device),
+        Rule("x", "on the layer's device", layer_attr("x", "device")),
     ),
 )
 """Call rules of `Fp8Linear.__call__`."""

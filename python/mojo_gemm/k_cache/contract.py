@@ -27,6 +27,7 @@ from ..core.rules import (
     Rule,
     Violation,
     dtype_in,
+    layer_attr,
     optional,
     positive_int,
     rank_is,
@@ -317,19 +318,9 @@ PAGED_KV_PROJECTION = Contract(
 """Construction rules of `mojo_gemm.PagedKVProjection`."""
 
 
-def _x_dtype(a: Args) -> Violation:
-    return None if a["x"].dtype == a["dtype"] else (f"{a['dtype']} (the layer's dtype)",
-                                                    a["x"].dtype)
-
-
 def _x_hidden(a: Args) -> Violation:
     got = shape_of(a["x"])
     return None if got[1] == a["hidden_size"] else (f"[T, {a['hidden_size']}]", got)
-
-
-def _x_device(a: Args) -> Violation:
-    dev = a["x"].device
-    return None if dev == a["device"] else (f"{a['device']} (the layer's device)", dev)
 
 
 PAGED_KV_PROJECTION_CALL = Contract(
@@ -337,10 +328,10 @@ PAGED_KV_PROJECTION_CALL = Contract(
     summary="x must match the layer's dtype, hidden size and device; the rest is the ops' rules.",
     types={"x": TENSOR, "input_row_offsets": TENSOR, "kv_collection": KV_COLLECTION},
     rules=(
-        Rule("x", "the layer's dtype", _x_dtype, TypeError),
+        Rule("x", "the layer's dtype", layer_attr("x", "dtype"), TypeError),
         Rule("x", "rank 2 [T, hidden_size]", rank_is("x", 2)),
         Rule("x", "dim 1 equals the layer's hidden_size", _x_hidden),
-        Rule("x", "on the layer's device", _x_device),
+        Rule("x", "on the layer's device", layer_attr("x", "device")),
     ),
 )
 """Call rules of `PagedKVProjection.__call__` (the ops check offsets and the cache)."""
