@@ -71,7 +71,7 @@ for part in "$@"; do
     bench-kcache-public)  # issue 21's set: adds KV widths 256 / 2048 at hidden 3072 / 5120 / 7168
       BENCH_PROBLEMS=public bench bench_kcache "${BENCH_BUDGET_S:-480}" benchmarks/bench_k_matmul_paged.py ;;
     bench-fp8)  # fp8_blockwise_matmul vs _scaled_mm (after bench-kcache*: it reads their JSON)
-      bench bench_fp8 "${BENCH_BUDGET_S:-300}" benchmarks/bench_fp8_matmul.py ;;
+      bench bench_fp8 "${BENCH_BUDGET_S:-420}" benchmarks/bench_fp8_matmul.py ;;
     bench-decoder) bench bench_decoder "${BENCH_BUDGET_S:-420}" benchmarks/bench_decoder.py ;;
     bench-decoder-ours) bench bench_decoder "${BENCH_BUDGET_S:-300}" benchmarks/bench_decoder.py --skip-max ;;
     bench-decoder-sharded)  # the sharded decoder on 1 GPU and, where the machine has them, 2
