@@ -64,6 +64,16 @@ def test_fp8_linear_gpu(tokens: int) -> None:
     run("gpu", tokens, 100 + tokens)
 
 
+@pytest.mark.parametrize("shape", [[IN], ["T", IN], [3, "T", 2, IN]])
+def test_any_leading_dims_build(shape: list[object]) -> None:
+    """x of rank 1, 2 or 4 gives [..., out_features] (graph build only)."""
+    layer = mg.Fp8Linear(IN, OUT)
+    with Graph("fp8_linear_ranks", input_types=[TensorType(DType.bfloat16, shape,
+                                                           DeviceRef.CPU())]) as g:
+        y = layer(g.inputs[0].tensor)
+        assert [str(d) for d in y.shape] == [str(d) for d in [*shape[:-1], OUT]]
+
+
 def test_call_rules() -> None:
     layer = mg.Fp8Linear(IN, OUT)
     with Graph("fp8_linear_rules", input_types=[TensorType(DType.bfloat16, ["T", IN + 1],

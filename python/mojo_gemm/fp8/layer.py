@@ -72,13 +72,14 @@ class Fp8Linear(Module):
         lead = list(x.shape[:-1])
         # the row count as the product of the leading dims, not -1: a zero-size batch (a
         # symbolic dim of 0) leaves -1 undetermined
-        rows = ops.reshape(x, [reduce(operator.mul, lead), self.in_features]) if x.rank != 2 else x
+        flat = x.rank != 2
+        rows = ops.reshape(x, [reduce(operator.mul, lead, 1), self.in_features]) if flat else x
         data, scales = quantize_fp8_rows(rows, self.block)
         y = fp8_blockwise_matmul(data, scales, TensorValue(self.weight),
                                  TensorValue(self.weight_scale), (1, self.block, self.block))
         if self.dtype != DType.bfloat16:
             y = ops.cast(y, self.dtype)
-        return ops.reshape(y, [*lead, self.out_features]) if x.rank != 2 else y
+        return ops.reshape(y, [*lead, self.out_features]) if flat else y
 
     def fp8_state(self, weight: Fp8Blockwise) -> dict[str, Buffer]:
         """The host buffers of this layer's weights (local names) from a block-quantized weight
