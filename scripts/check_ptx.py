@@ -82,7 +82,7 @@ MOE_ROUTE_HARNESS = "tests/mojo/moe_route_gpu_harness.mojo"
 CHECKS: tuple[PtxCheck, ...] = (
     PtxCheck(
         name="int4_sm90",
-        max_spill_bytes=88,
+        max_spill_bytes=48,
         harness=INT4_HARNESS,
         arch="sm_90a",
         required=(

@@ -64,6 +64,7 @@ from ..config import (
     cluster_wave_cap,
 )
 from .mma import magic_value, nibble_pair
+from ...common.raster import raster_tile
 from ...common.sync import role_barrier
 
 comptime F32 = DType.float32
@@ -186,17 +187,6 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
         return rebind[SIMD[F32, nt // 2]](_wgmma_rs_n256[ab](a, bdesc, rebind[SIMD[F32, 128]](c)))
 
 
-@always_inline
-def _raster_tile(lin: Int, ntm: Int, ntn: Int) -> Tuple[Int, Int]:
-    """(M-tile, N-tile) of tile `lin` in raster order: groups of RASTER_GROUP_M M-tiles walk
-    the N-tiles, so a wave re-uses both its x tiles and its weight tiles from L2."""
-    var per_group = RASTER_GROUP_M * ntn
-    var first = (lin // per_group) * RASTER_GROUP_M
-    var gm = min(ntm - first, RASTER_GROUP_M)
-    var r = lin % per_group
-    return (first + r % gm, r // gm)
-
-
 # ---- the kernel ------------------------------------------------------------------------------
 @__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
 @__llvm_metadata(
@@ -223,7 +213,7 @@ def int4_gemm_wgmma_kernel[
     """One CTA: tokens [m0, m0 + nt) x bands [band0, band0 + nwg * fpw) x its K share.
 
     Grid: (tiles * split_k, rows) with (block_idx.y * grid_dim.x + block_idx.x) // split_k +
-    tile0 the CTA's tile in raster order (`_raster_tile`), cluster (split_k, 1, 1) when
+    tile0 the CTA's tile in raster order (`common/raster.raster_tile`), cluster (split_k, 1, 1) when
     split_k > 1: the whole problem is (ceil(ceil(N/64) / bands) * split_k, ceil(M / nt)) with
     tile0 = 0; a launch of `count` tiles from tile0 on is (count * split_k, 1) (the dispatch's
     data-parallel + split tail schedule); block cfg.num_threads(); dynamic smem
@@ -282,7 +272,7 @@ def int4_gemm_wgmma_kernel[
 
     # CTA -> (N-tile, M-tile, K part)
     var ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
-    var tile = _raster_tile(Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ceildiv(m, NT), ntn)
+    var tile = raster_tile[RASTER_GROUP_M](Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ceildiv(m, NT), ntn)
     var tm = tile[0]
     var tn = tile[1]
     var band0 = tn * NB

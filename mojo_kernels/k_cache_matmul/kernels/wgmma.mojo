@@ -45,6 +45,7 @@ from ..layout import (
     is_fp8_cache,
     store_cast,
 )
+from ...common.raster import raster_tile
 from ..sink import RowSink, row_addr, row_ptr
 
 comptime F32 = DType.float32
@@ -149,18 +150,6 @@ def _tile_scales[gm: Int, gn: Int, gk: Int](
     )
 
 
-@always_inline
-def _raster_tile(lin: Int, ntm: Int, ntn: Int) -> Tuple[Int, Int]:
-    """(M tile, N tile) of tile `lin` of a persistent walk: groups of RASTER_GROUP_M M tiles
-    walk the N tiles (32-bit arithmetic: fewer registers in the consumers)."""
-    var l = UInt32(lin)
-    var per_group = UInt32(RASTER_GROUP_M) * UInt32(ntn)
-    var first = (l // per_group) * UInt32(RASTER_GROUP_M)
-    var gm_ = min(UInt32(ntm) - first, UInt32(RASTER_GROUP_M))
-    var r = l % per_group
-    return (Int(first + r % gm_), Int(r // gm_))
-
-
 @__llvm_arg_metadata(a_tma, `nvvm.grid_constant`)
 @__llvm_arg_metadata(b_tma, `nvvm.grid_constant`)
 @__llvm_metadata(
@@ -224,7 +213,7 @@ def _wgmma_kernel[
     def tile_origin(i: Int) -> Tuple[Int, Int]:
         """(m0, n0) of tile i."""
         comptime if cfg.persistent:
-            var t = _raster_tile(i, ntm, ntn)
+            var t = raster_tile[RASTER_GROUP_M](i, ntm, ntn)
             return (t[0] * BM, t[1] * BN)
         else:
             return (block_idx.y * BM, block_idx.x * BN)
