@@ -40,18 +40,26 @@ CASES = [
     (17, 8192, "wgmma swap-AB 64x32 s=4 c=2 k=512 rot"),
     (64, 8192, "wgmma swap-AB 64x64 s=3 c=2 k=512 rot"),
     (128, 8192, "wgmma swap-AB 64x128 s=8 c=2 rot"),  # accumulators over the drained ring
-    # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs
+    # T > 128: wgmma, LARGE when ceil(N/128) * ceil(T/128) >= 120 CTAs; TALL_PERSISTENT
+    # (192x128) from ceil(N/128) * ceil(T/192) >= 10 waves x 132 SMs with K >= 4096
     (129, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 1024, "wgmma 64x64"),  # 8 x 2 = 16 CTAs
     (256, 8192, "wgmma 128x128"),  # 64 x 2 = 128 CTAs
     (4096, 1024, "wgmma 128x128"),  # 8 x 32 = 256 CTAs
-    (4096, 8192, "wgmma 128x128"),
+    (2048, 8192, "wgmma 128x128"),  # 64 x 11 = 704 tall tiles
+    (4096, 8192, "wgmma 192x128 s=5 persistent"),  # 64 x 22 = 1408 tall tiles
+    (32768, 1024, "wgmma 192x128 s=5 persistent"),  # 8 x 171 = 1368 tall tiles
 ]
 
 
 @pytest.mark.parametrize(("t", "n", "expected"), CASES, ids=[f"T{t}-N{n}" for t, n, _ in CASES])
 def test_default_granularity(t: int, n: int, expected: str) -> None:
     assert k_cache_gpu_plan(t, n, K) == expected
+
+
+def test_tall_tiles_need_k_4096() -> None:
+    assert k_cache_gpu_plan(4096, 8192, 3072) == "wgmma 128x128"
+    assert k_cache_gpu_plan(8192, 8192, 8192) == "wgmma 192x128 s=5 persistent"
 
 
 def test_nothing_to_launch() -> None:

@@ -11,7 +11,8 @@ and AMD (the portable path) every call takes `simt_kernel`, written with shared-
 barrier() only. First match wins:
 1. T == 0 (or N == 0): nothing is launched.
 2. T > WGMMA_MIN_TOKENS, gk % 128 == 0, K % 16 == 0, dense rows: TMA + wgmma (kernels/wgmma.mojo),
-   LARGE or SMALL tiles by `wgmma_large_tiles`.
+   TALL_PERSISTENT by `wgmma_tall_tiles` (many waves of tiles, K >= 4096), else LARGE or SMALL
+   tiles by `wgmma_large_tiles`.
 3. T <= MAX_TOKENS (128), ceil(N / 64) >= DECODE_MIN_CTAS, the same operand rules: swap-AB TMA
    + wgmma with the weight on the MMA's M side (kernels/wgmma_decode.mojo; `decode_config` picks
    the token tile): TMA keeps far more weight bytes in flight per SM than 4.'s register
@@ -38,7 +39,9 @@ from ..common.target import PATH_HOPPER, PATH_PORTABLE
 from .kernels.mma import MmaConfig, mma_splitk_kernel
 from .kernels.simt import S_BN, S_BT, simt_kernel
 from .kernels.tiles import THREADS
-from .kernels.wgmma import LARGE, SMALL, launch_wgmma, wgmma_large_tiles, wgmma_path_supported
+from .kernels.wgmma import (
+    LARGE, SMALL, TALL_PERSISTENT, launch_wgmma, wgmma_large_tiles, wgmma_path_supported, wgmma_tall_tiles
+)
 from .kernels.wgmma_decode import MAX_TOKENS, ROWS, SPLIT_MAX, decode_config, decode_split_config, launch_wgmma_decode
 from .layout import F32Ptr, Fp8Ptr, KCacheShape, U32Ptr
 from .sink import RowSink
@@ -70,6 +73,8 @@ comptime PLAN_WGMMA_DECODE = 9
 """The swap-AB decode kernel (kernels/wgmma_decode.mojo)."""
 comptime PLAN_WGMMA_DECODE_SPLIT = 10
 """The swap-AB decode kernel with K split over clusters of SPLIT_MAX CTAs (rule 3b)."""
+comptime PLAN_WGMMA_TALL = 11
+"""The wgmma prefill kernel with TALL_PERSISTENT tiles (rule 2)."""
 comptime SPLIT_MAX_CTAS = 120
 """Most CTAs the split decode launches: clusters of 4 fit one wave up to 120 CTAs on the H200
 (measured with the int4 kernel: `cluster_wave_cap`)."""
@@ -98,6 +103,8 @@ def k_cache_gpu_plan[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp8_mma
         return PLAN_SIMT
     comptime if gk % 128 == 0 and path == PATH_HOPPER:
         if T > WGMMA_MIN_TOKENS and wgmma_path_supported[gk](shape):
+            if wgmma_tall_tiles(shape):
+                return PLAN_WGMMA_TALL
             return PLAN_WGMMA_LARGE if wgmma_large_tiles(shape) else PLAN_WGMMA_SMALL
         if T <= MAX_TOKENS and ceildiv(Int(shape.N), ROWS) >= DECODE_MIN_CTAS and wgmma_path_supported[gk](shape):
             return PLAN_WGMMA_DECODE
@@ -128,6 +135,8 @@ def k_cache_gpu_plan_text[gm: Int, gn: Int, gk: Int, path: Int = PATH_HOPPER, fp
         return String(LARGE)
     if plan == PLAN_WGMMA_SMALL:
         return String(SMALL)
+    if plan == PLAN_WGMMA_TALL:
+        return String(TALL_PERSISTENT)
     if plan == PLAN_WGMMA_DECODE:
         return String(decode_config(Int(shape.T)))
     if plan == PLAN_WGMMA_DECODE_SPLIT:
@@ -249,6 +258,10 @@ def _launch_half[gm: Int, gn: Int, gk: Int, sink_t: RowSink, path: Int](
             return
         if plan == PLAN_WGMMA_SMALL:
             launch_wgmma[gm, gn, gk, sink_t, SMALL](
+                hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape, ctx)
+            return
+        if plan == PLAN_WGMMA_TALL:
+            launch_wgmma[gm, gn, gk, sink_t, TALL_PERSISTENT](
                 hidden, offsets, weight, in_scale, w_scale, kv_scale, cache_lengths, lut, sink, shape, ctx)
             return
         if plan == PLAN_WGMMA_DECODE:

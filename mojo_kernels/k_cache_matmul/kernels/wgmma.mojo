@@ -2,8 +2,9 @@
 
 Warp-specialized: one CTA computes a (64 · consumers)-token x BN-column tile (LARGE: 128 x
 128, 384 threads; SMALL: 64 x 64, 256 threads, used when LARGE would leave SMs idle:
-`wgmma_large_tiles`, which dispatch.mojo's `k_cache_gpu_plan` calls; TALL: 192 x 128, 512
-threads, and its persistent form, candidates the GPU harness times). Warpgroup 0's first thread
+`wgmma_large_tiles`, which dispatch.mojo's `k_cache_gpu_plan` calls; TALL_PERSISTENT: 192 x
+128, 512 threads, one CTA per SM walking the tiles, for problems of many waves:
+`wgmma_tall_tiles`; TALL and LARGE_PERSISTENT: candidates the GPU harness times). Warpgroup 0's first thread
 streams BM x 128 and BN x 128 e4m3 tiles of hidden_state and weight (K-major, 128B swizzle) by
 TMA into a ring of `stages` "full"/"empty" mbarriers (a persistent CTA's ring runs on from one
 tile to the next); each consumer warpgroup owns 64 tokens and issues wgmma m64nBNk32 (4 per K
@@ -124,9 +125,19 @@ against LARGE."""
 comptime TALL_PERSISTENT = WgmmaConfig(consumers=3, bn=128, stages=5, persistent=True)
 """TALL with one CTA per SM walking the tiles (raster groups of RASTER_GROUP_M M tiles): the
 ring streams on across tiles (no fill per tile), the epilogue overlaps the next tile's loads.
-Not dispatched (see TALL)."""
+Dispatched for big problems (`wgmma_tall_tiles`)."""
 comptime MIN_CTAS_FOR_LARGE = 120
 """LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
+comptime SMS = 132
+"""Streaming multiprocessors of the H100 / H200 SXM (the persistent grid is sized from the
+device; this only scales the dispatch's wave counts)."""
+comptime TALL_MIN_WAVES = 10
+"""TALL_PERSISTENT from this many waves of 192 x 128 tiles on: measured +4-9 % over LARGE at
+10.7 and 21 waves (K >= 4096), 3-40 % slower at 1-3 waves, where the partial last wave and the
+1.5x taller tiles leave SMs idle."""
+comptime TALL_MIN_K = 4096
+"""... and from this K on: a shorter main loop gains nothing from the unbroken ring (even with
+LARGE at K = 3072, +4-9 % from K = 4096)."""
 comptime RASTER_GROUP_M = 8
 """M tiles per raster group of a persistent walk: concurrent CTAs share tokens and weights in
 L2 (the weights of N = K = 8192 are 64 MB, more than L2)."""
@@ -404,6 +415,13 @@ def wgmma_large_tiles(shape: KCacheShape) -> Bool:
     return ctas >= MIN_CTAS_FOR_LARGE
 
 
+def wgmma_tall_tiles(shape: KCacheShape) -> Bool:
+    """TALL_PERSISTENT instead of LARGE: at least TALL_MIN_WAVES waves of its tiles on SMS SMs
+    and K >= TALL_MIN_K."""
+    var tiles = ceildiv(Int(shape.N), TALL_PERSISTENT.bn) * ceildiv(Int(shape.T), TALL_PERSISTENT.bm())
+    return tiles >= TALL_MIN_WAVES * SMS and Int(shape.K) >= TALL_MIN_K
+
+
 def launch_wgmma[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: WgmmaConfig](
     hidden: Fp8Ptr,
     offsets: U32Ptr,
@@ -418,7 +436,8 @@ def launch_wgmma[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: WgmmaConfig](
     ctx: DeviceContext,
 ) raises:
     """Builds the two TMA descriptors (host side, no allocation) and launches the kernel with
-    CTA shape `cfg` (LARGE or SMALL, as `k_cache_gpu_plan` picked by `wgmma_large_tiles`)."""
+    CTA shape `cfg` (LARGE, SMALL or TALL_PERSISTENT, as `k_cache_gpu_plan` picked them by
+    `wgmma_large_tiles` and `wgmma_tall_tiles`)."""
     var T = Int(shape.T)
     var K = Int(shape.K)
     var N = Int(shape.N)
