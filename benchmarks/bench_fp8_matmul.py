@@ -27,10 +27,8 @@ is skipped when too little is left), BENCH_SKIP_TORCH=1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -119,18 +117,7 @@ def torch_part(out_path: str) -> None:
 
 def run_torch() -> dict[tuple[str, int], float]:
     """torch_us by (shape, M), from a subprocess (its own CUDA context)."""
-    harness.OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = harness.OUT_DIR / "fp8_matmul_torch_part.json"
-    path.unlink(missing_ok=True)
-    try:
-        proc = subprocess.run([sys.executable, __file__, "--torch-part", str(path)], check=False,
-                              timeout=max(30.0, 0.35 * left()))
-        if proc.returncode != 0:
-            skip(f"torch part: exit code {proc.returncode} (its rows so far are kept)")
-    except subprocess.TimeoutExpired:
-        skip("torch part: timed out (its rows so far are kept)")
-    rows = json.loads(path.read_text()) if path.exists() else []
-    log(f"torch part: {len(rows)} rows")
+    rows = harness.torch_part_rows(__file__, "fp8_matmul", BUDGET)
     return {(r["shape"], r["M"]): r["torch_us"] for r in rows}
 
 
@@ -301,23 +288,10 @@ def compile_virtual(arch: str) -> None:
 
 
 def main() -> None:
-    from max.driver import accelerator_count
-
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", choices=["cpu", "gpu"],
-                        default="gpu" if accelerator_count() > 0 else "cpu")
-    parser.add_argument("--virtual-arch", help="compile the GPU graphs for this arch, run nothing")
-    parser.add_argument("--torch-part", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.torch_part:
-        torch_part(args.torch_part)
-        return
-    if args.virtual_arch:
-        compile_virtual(args.virtual_arch)
-        os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
-    log(f"bench_fp8_matmul: {args.device}, budget {BUDGET.seconds:.0f}s")
+    device = harness.device_cli(__doc__, torch_part, compile_virtual)
+    log(f"bench_fp8_matmul: {device}, budget {BUDGET.seconds:.0f}s")
     rows: list[dict[str, Any]] = []
-    if args.device == "cpu":
+    if device == "cpu":
         run_ours(False, CPU_SHAPES, {}, rows)
         harness.record("fp8_matmul_cpu_dryrun", rows, ["shape", "M", "ours_us", "check_rel_err"],
                        method="CPU dry run at a tiny shape (not a benchmark)",

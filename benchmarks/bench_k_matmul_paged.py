@@ -44,10 +44,8 @@ JSON), BENCH_SKIP_TORCH=1, BENCH_FP8_CACHE=0 (no fp8-cache rows).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -785,18 +783,7 @@ def bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_torch() -> dict[tuple[str, str, int], dict[str, Any]]:
     """The torch rows, from a subprocess (its own CUDA context), keyed (problem, cache, T)."""
-    harness.OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = harness.OUT_DIR / "k_matmul_paged_torch_part.json"
-    path.unlink(missing_ok=True)
-    try:
-        proc = subprocess.run([sys.executable, __file__, "--torch-part", str(path)], check=False,
-                              timeout=max(30.0, 0.35 * left()))
-        if proc.returncode != 0:
-            skip(f"torch part: exit code {proc.returncode} (its rows so far are kept)")
-    except subprocess.TimeoutExpired:
-        skip("torch part: timed out (its rows so far are kept)")
-    rows = json.loads(path.read_text()) if path.exists() else []
-    log(f"torch part: {len(rows)} rows")
+    rows = harness.torch_part_rows(__file__, "k_matmul_paged", BUDGET)
     return {(r["problem"], r["cache"], r["T"]): r for r in rows}
 
 
@@ -826,23 +813,10 @@ RATIOS = {  # ratio: (numerator, denominator); > 1: ours is faster
 
 def main() -> None:
     """Runs the contenders for the chosen mode and records the table."""
-    from max.driver import accelerator_count
-
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", choices=["cpu", "gpu"],
-                        default="gpu" if accelerator_count() > 0 else "cpu")
-    parser.add_argument("--virtual-arch", help="compile the GPU graphs for this arch, run nothing")
-    parser.add_argument("--torch-part", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.torch_part:
-        torch_part(args.torch_part)
-        return
-    if args.virtual_arch:
-        compile_virtual(args.virtual_arch)
-        os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
-    log(f"bench_k_matmul_paged: {args.device}, budget {BUDGET.seconds:.0f}s")
+    device = harness.device_cli(__doc__, torch_part, compile_virtual)
+    log(f"bench_k_matmul_paged: {device}, budget {BUDGET.seconds:.0f}s")
     rows: dict[tuple[str, str, int], dict[str, Any]] = {}
-    if args.device == "cpu":
+    if device == "cpu":
         setup = make_setup("cpu")
         run_ours(setup, rows, "bf16", setup.problems)
         run_ours_fp8(setup, rows)

@@ -280,6 +280,53 @@ def try_us(label: str, fn: Callable[..., float], *args: Any) -> float | None:
         return None
 
 
+def torch_part_rows(script: str, name: str, budget: Budget) -> list[dict[str, Any]]:
+    """Runs `script --torch-part FILE` in a subprocess (torch gets its own CUDA context, away
+    from MAX's) within 35 % of what is left of `budget`, and returns the rows it wrote to FILE
+    (benchmarks/out/<name>_torch_part.json), the rows so far if it failed or timed out."""
+    import subprocess
+    import sys
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / f"{name}_torch_part.json"
+    path.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run([sys.executable, script, "--torch-part", str(path)], check=False,
+                              timeout=max(30.0, 0.35 * budget.left()))
+        if proc.returncode != 0:
+            budget.skip(f"torch part: exit code {proc.returncode} (its rows so far are kept)")
+    except subprocess.TimeoutExpired:
+        budget.skip("torch part: timed out (its rows so far are kept)")
+    rows = json.loads(path.read_text()) if path.exists() else []
+    budget.log(f"torch part: {len(rows)} rows")
+    return rows
+
+
+def device_cli(doc: str | None, torch_part: Callable[[str], None],
+               compile_virtual: Callable[[str], None]) -> str:
+    """The command line of a benchmark with a torch subprocess and a compile-only mode:
+    `--device cpu|gpu` (default: gpu when there is one), `--virtual-arch ARCH` (compile the GPU
+    graphs for ARCH, run nothing, exit), `--torch-part FILE` (the subprocess of
+    `torch_part_rows`; exits when done). Returns the device to run on."""
+    import argparse
+
+    from max.driver import accelerator_count
+
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--device", choices=["cpu", "gpu"],
+                        default="gpu" if accelerator_count() > 0 else "cpu")
+    parser.add_argument("--virtual-arch", help="compile the GPU graphs for this arch, run nothing")
+    parser.add_argument("--torch-part", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_part:
+        torch_part(args.torch_part)
+        raise SystemExit(0)
+    if args.virtual_arch:
+        compile_virtual(args.virtual_arch)
+        os._exit(0)  # MAX 26.7 may abort in teardown after virtual-device compiles
+    return str(args.device)
+
+
 def use_virtual_cuda_device(arch: str) -> None:
     """Makes MAX's one accelerator a virtual CUDA device of `arch` (compile-only runs); call it
     before any max.driver device is created."""
