@@ -3,8 +3,8 @@
     python benchmarks/plot.py [--results benchmarks/results] [--out docs/img]
 
 Reads `<results>/<name>.json` (the dict `harness.record` writes: {"env": ..., "method": ...,
-"rows": [...]}) for `int4_matmul_gpu`, `k_matmul_paged_gpu` and `grouped_matmul_gpu`, skips the
-ones that are missing, and writes:
+"rows": [...]}) for `int4_matmul_gpu`, `k_matmul_paged_gpu`, `grouped_matmul_gpu` and
+`fp8_matmul_gpu`, skips the ones that are missing, and writes:
 
 - `speedup.png`: per op, the geomean over the benchmark's shapes of (peer time / our time) by
   tokens per call (M or T), one line per peer; > 1 means ours is faster.
@@ -88,11 +88,11 @@ class OpPlot:
         return _first(r, *self.ours_keys)
 
 
-def _bytes_from(rate_key: str) -> Callable[[Row], float | None]:
-    """Weight bytes of a row from its recorded rate (TB/s over `ours_us`): rate x time."""
+def _bytes_from(rate_key: str, time_key: str = "ours_us") -> Callable[[Row], float | None]:
+    """Weight bytes of a row from its recorded rate (TB/s over `time_key`): rate x time."""
 
     def f(r: Row) -> float | None:
-        rate, us = _first(r, rate_key), _first(r, "ours_us")
+        rate, us = _first(r, rate_key), _first(r, time_key)
         return None if rate is None or us is None else rate * 1e12 * us * 1e-6
 
     return f
@@ -114,6 +114,9 @@ OPS = (
            _bytes_from("w_TBps"),
            (Peer("torch._grouped_mm", ("torch_us",)),
             Peer("MAX grouped_matmul_ragged", ("max_us",)))),
+    OpPlot("fp8_matmul_gpu", "FP8 block-scaled dense matmul", "M",
+           lambda r: str(r["shape"]), ("kernel_us",), _bytes_from("kTBps", "kernel_us"),
+           (Peer("torch _scaled_mm", ("torch_us",)),)),
 )
 
 
