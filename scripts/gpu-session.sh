@@ -11,6 +11,7 @@
 #   scripts/gpu-session.sh bench-targets         # forced Ampere / portable paths vs Hopper
 #   scripts/gpu-session.sh harness-grouped int4-sweep   # standalone binaries of .gpu-bin (carry it)
 #   scripts/gpu-session.sh harness-kcache harness-route  # K/V-cache and routing harnesses (.gpu-bin)
+#   scripts/gpu-session.sh int4-test             # the int4 kernels' standalone test (.gpu-bin)
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -98,6 +99,12 @@ for part in "$@"; do
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 200 .gpu-bin/moe_route_bench \
         > "$work/route_bench.log" 2>&1; echo "rc=$?" >> "$work/route_bench.log"
       grep -hE "FAIL|ALL PASS|rc=" "$work/route_harness.log" "$work/route_bench.log" ;;
+    int4-test)  # carry .gpu-bin (scripts/build-gpu-bin tests/mojo/int4_gemm_gpu_test.mojo, and
+      # python tests/mojo/int4_gemm_fixture.py .gpu-bin/int4_gemm_fixture.bin)
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 300 .gpu-bin/int4_gemm_gpu_test .gpu-bin/int4_gemm_fixture.bin \
+        > "$work/int4_test.log" 2>&1; echo "rc=$?" >> "$work/int4_test.log"
+      echo "PASS lines: $(grep -c PASS "$work/int4_test.log"), FAIL lines: $(grep -c FAIL "$work/int4_test.log")"
+      grep -hE "int4_gemm_gpu_test:|FAIL|rc=" "$work/int4_test.log" | tail -5 ;;
     int4-sweep)  # carry .gpu-bin (scripts/build-gpu-bin -o int4_sweep benchmarks/mojo/int4_sweep.mojo)
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout $((${SWEEP_BUDGET_S:-300} + 120)) .gpu-bin/int4_sweep \
         --budget-s "${SWEEP_BUDGET_S:-300}" > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
