@@ -19,12 +19,16 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime as _dt
 import itertools
 import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -284,9 +288,6 @@ def torch_part_rows(script: str, name: str, budget: Budget) -> list[dict[str, An
     """Runs `script --torch-part FILE` in a subprocess (torch gets its own CUDA context, away
     from MAX's) within 35 % of what is left of `budget`, and returns the rows it wrote to FILE
     (benchmarks/out/<name>_torch_part.json), the rows so far if it failed or timed out."""
-    import subprocess
-    import sys
-
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     path = OUT_DIR / f"{name}_torch_part.json"
     path.unlink(missing_ok=True)
@@ -308,8 +309,6 @@ def device_cli(doc: str | None, torch_part: Callable[[str], None],
     `--device cpu|gpu` (default: gpu when there is one), `--virtual-arch ARCH` (compile the GPU
     graphs for ARCH, run nothing, exit), `--torch-part FILE` (the subprocess of
     `torch_part_rows`; exits when done). Returns the device to run on."""
-    import argparse
-
     from max.driver import accelerator_count
 
     parser = argparse.ArgumentParser(description=doc)
@@ -364,18 +363,12 @@ def environment() -> dict[str, str]:
     device = "cpu"
     if accelerator_count() > 0:
         device = str(getattr(Accelerator(), "label", "gpu"))
-        try:
-            import subprocess
-
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
             device = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                 capture_output=True, text=True, check=True,
             ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            pass
     else:
-        import os
-
         device = f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

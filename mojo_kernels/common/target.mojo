@@ -41,6 +41,9 @@ comptime SUPPORTED_TARGETS = (
 )
 """The targets some path covers, for error messages (mojo_gemm.core.targets keeps the same list)."""
 
+comptime SM90_SMS = 132
+"""Streaming multiprocessors of the H100 / H200 SXM: the host-side rules that count waves of
+CTAs (launches size persistent grids from the device itself)."""
 comptime SMEM_BUDGET_AMPERE_SMALL = 99 * 1024
 """Largest dynamic shared memory per CTA on sm_86 / sm_89 / sm_120 (also used for a forced
 Ampere path, so that the H200 runs the configs of the tightest budget)."""

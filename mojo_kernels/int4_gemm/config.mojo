@@ -19,7 +19,7 @@ own ring: warps x stages x warp_stage_bytes (see there).
 
 from std.sys.defines import get_defined_int
 
-from ..common.target import SMEM_BUDGET_SM90
+from ..common.target import SM90_SMS, SMEM_BUDGET_SM90
 
 # Build-time switches for running the int4 kernels under compute-sanitizer's racecheck
 # (docs/sanitizers.md). Their defaults are the hardware values, so a build without -D compiles
@@ -370,7 +370,7 @@ def cluster_wave_cap(split: Int, ctas_per_sm: Int) -> Int:
     of 3 and 6 up to 96 (120 / 144 ran as two waves), of 5 up to 80 (120 did not); configs built
     for 2 CTAs per SM hold 264, 192 (3, 4, 6; 240-256 did not) and 160 (5)."""
     if split <= 2:
-        return 132 * ctas_per_sm
+        return SM90_SMS * ctas_per_sm
     if split == 4:
         return 120 if ctas_per_sm == 1 else 192  # not 2 x 120: 256 measured as two waves
     if split == 3 or split == 6:

@@ -47,6 +47,7 @@ from ..layout import (
     store_cast,
 )
 from ...common.raster import raster_tile
+from ...common.target import SM90_SMS
 from ..sink import RowSink, row_addr, row_ptr
 
 comptime F32 = DType.float32
@@ -128,9 +129,6 @@ ring streams on across tiles (no fill per tile), the epilogue overlaps the next 
 Dispatched for big problems (`wgmma_tall_tiles`)."""
 comptime MIN_CTAS_FOR_LARGE = 120
 """LARGE tiles from this many CTAs on (`wgmma_large_tiles`)."""
-comptime SMS = 132
-"""Streaming multiprocessors of the H100 / H200 SXM (the persistent grid is sized from the
-device; this only scales the dispatch's wave counts)."""
 comptime TALL_MIN_WAVES = 10
 """TALL_PERSISTENT from this many waves of 192 x 128 tiles on: measured +4-9 % over LARGE at
 10.7 and 21 waves (K >= 4096), 3-40 % slower at 1-3 waves, where the partial last wave and the
@@ -416,10 +414,10 @@ def wgmma_large_tiles(shape: KCacheShape) -> Bool:
 
 
 def wgmma_tall_tiles(shape: KCacheShape) -> Bool:
-    """TALL_PERSISTENT instead of LARGE: at least TALL_MIN_WAVES waves of its tiles on SMS SMs
-    and K >= TALL_MIN_K."""
+    """TALL_PERSISTENT instead of LARGE: at least TALL_MIN_WAVES waves of its tiles on the
+    H200's SM90_SMS SMs and K >= TALL_MIN_K."""
     var tiles = ceildiv(Int(shape.N), TALL_PERSISTENT.bn) * ceildiv(Int(shape.T), TALL_PERSISTENT.bm())
-    return tiles >= TALL_MIN_WAVES * SMS and Int(shape.K) >= TALL_MIN_K
+    return tiles >= TALL_MIN_WAVES * SM90_SMS and Int(shape.K) >= TALL_MIN_K
 
 
 def launch_wgmma[gm: Int, gn: Int, gk: Int, sink_t: RowSink, cfg: WgmmaConfig](
