@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
+import graph_pool
 import numpy as np
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
-from max.graph import DeviceRef, Graph, TensorType
+from max.graph import DeviceRef, Graph, Module, TensorType
 
+from mojo_gemm import Fp8Linear
 from mojo_gemm.core.host import to_buffer
 from mojo_gemm.fp8.matmul import fp8_blockwise_matmul
 from mojo_gemm.fp8.op import quantize_fp8_rows
@@ -44,16 +47,17 @@ class Part:
         return list(outs[self.first_output:self.first_output + self.n_outputs])
 
 
-@cache
-def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
+KEY = "shared_ops"
+
+
+def _input_types(dref: DeviceRef) -> tuple[list[TensorType], Fp8Linear]:
+    """The shared graph's input types on `dref`, and its one layer (weights loaded)."""
     from test_fp8_linear import linear_layer
     from test_fp8_matmul import CASES as MATMUL_CASES
     from test_fp8_quantize_op import CASES as QUANT_CASES
     from test_moe_combine import CASES as COMBINE_CASES
     from test_moe_route import CASES as ROUTE_CASES
 
-    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
     types = []
     for c in ROUTE_CASES:
         types += [TensorType(c.dtype, ["T", c.hidden], dref),
@@ -70,7 +74,19 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
                   TensorType(DType.float32, [c.n_blocks, c.k_blocks], dref)]
     layer = linear_layer(dref)
     types.append(TensorType(layer.dtype, [2, "Tl", layer.in_features], dref))
-    with Graph(f"moe_route_quantize_{device_kind}", input_types=types) as g:
+    return types, layer
+
+
+def _build(device_kind: str, module: Module | None = None) -> tuple[Graph, dict[str, Any]]:
+    """The shared graph on `device_kind` (built into `module` if given) and its weights."""
+    from test_fp8_matmul import CASES as MATMUL_CASES
+    from test_fp8_quantize_op import CASES as QUANT_CASES
+    from test_moe_combine import CASES as COMBINE_CASES
+    from test_moe_route import CASES as ROUTE_CASES
+
+    types, layer = _input_types(DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU())
+    weights = graph_pool.prefixed_weights(KEY, layer)
+    with Graph(f"moe_route_quantize_{device_kind}", input_types=types, module=module) as g:
         outs = []
         for n, c in enumerate(ROUTE_CASES):
             r = moe_route(g.inputs[2 * n].tensor, g.inputs[2 * n + 1].tensor, c.top_k)
@@ -89,8 +105,21 @@ def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
             outs.append(fp8_blockwise_matmul(a, a_scale, w, w_scale, c.gran))
         outs.append(layer(g.inputs[-1].tensor))
         g.output(*outs)
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g, weights_registry=layer.state_dict()), dev, types
+    return g, weights
+
+
+@cache
+def _model(device_kind: str) -> tuple[Model, Device, list[TensorType]]:
+    """The shared graph compiled for `device_kind` (on the CPU: from the suite's pool)."""
+    if device_kind == "cpu":
+        return graph_pool.model(KEY), CPU(), _input_types(DeviceRef.CPU())[0]
+    g, weights = _build(device_kind)
+    dev = Accelerator()
+    types = _input_types(DeviceRef.GPU())[0]
+    return InferenceSession(devices=[CPU(), dev]).load(g, weights_registry=weights), dev, types
+
+
+graph_pool.register(KEY, lambda module: _build("cpu", module))
 
 
 def _part(device_kind: str, which: str) -> tuple[Part, Device]:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import graph_pool
 import ml_dtypes
 import numpy as np
 import pytest
-from max.driver import CPU, Buffer
+from max.driver import Buffer
 from max.dtype import DType
-from max.engine import InferenceSession
 from max.graph import (
     BufferType,
     DeviceRef,
@@ -28,6 +28,7 @@ from max.graph import (
     Value,
     ops,
 )
+from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from safetensors.numpy import save_file
@@ -395,6 +396,34 @@ class CpuLayers(Module):
         return (*int4_outs, *self.experts(*(v.tensor for v in ex_in)))
 
 
+POOL_KEY = "checkpoint_layers"
+
+
+def cpu_graph(module: GraphModule) -> graph_pool.Built:
+    """CpuLayers' graph (zero weights named `checkpoint_layers.*`), for the suite's CPU pool;
+    `cpu_runs` binds the checkpoints' weights."""
+    model = CpuLayers()
+    weights = graph_pool.prefixed_weights(POOL_KEY, model)
+    cpu = DeviceRef.CPU()
+    shape = model.kv.kv_params.shape_per_block
+    types = [TensorType(c.dtype, [f"m{i}", c.k], cpu) for i, c in enumerate(INT4_CASES)]
+    types += [TensorType(DType.uint32, ["b1"], cpu), TensorType(DType.bfloat16, ["t", 320], cpu),
+              BufferType(DType.bfloat16, ["pages", *shape], cpu),
+              TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["b"], cpu),
+              TensorType(DType.uint32, ["b", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
+              TensorType(DType.uint32, [1], cpu)]
+    types += [TensorType(DType.bfloat16, ["te", HIDDEN], cpu),
+              TensorType(DType.bfloat16, ["te", INTER], cpu),
+              TensorType(DType.uint32, [E + 1], cpu), TensorType(DType.int32, [E], cpu),
+              TensorType(DType.uint32, [2], cpu)]
+    with Graph(POOL_KEY, input_types=types, module=module) as g:
+        g.output(*model(*g.inputs))
+    return g, weights
+
+
+graph_pool.register(POOL_KEY, cpu_graph)
+
+
 @dataclass(frozen=True, eq=False)
 class CpuRuns:
     """Results of the shared graph. int4: per M, (M, inputs, outputs); kv: (x, lut, the
@@ -422,21 +451,9 @@ def cpu_runs(files: Files) -> CpuRuns:
                                   state_prefix="experts.gate_up.")
     state |= grouped_linear_state(ckpt, MOE, model.experts.down, state_prefix="experts.down.")
     model.load_state_dict(state)
-    cpu = DeviceRef.CPU()
+    compiled = graph_pool.model(
+        POOL_KEY, {f"{POOL_KEY}.{k}": v for k, v in model.state_dict().items()})
     shape = model.kv.kv_params.shape_per_block
-    types = [TensorType(c.dtype, [f"m{i}", c.k], cpu) for i, c in enumerate(INT4_CASES)]
-    types += [TensorType(DType.uint32, ["b1"], cpu), TensorType(DType.bfloat16, ["t", 320], cpu),
-              BufferType(DType.bfloat16, ["pages", *shape], cpu),
-              TensorType(DType.int64, [1], cpu), TensorType(DType.uint32, ["b"], cpu),
-              TensorType(DType.uint32, ["b", "cols"], cpu), TensorType(DType.uint32, [1], cpu),
-              TensorType(DType.uint32, [1], cpu)]
-    types += [TensorType(DType.bfloat16, ["te", HIDDEN], cpu),
-              TensorType(DType.bfloat16, ["te", INTER], cpu),
-              TensorType(DType.uint32, [E + 1], cpu), TensorType(DType.int32, [E], cpu),
-              TensorType(DType.uint32, [2], cpu)]
-    with Graph("checkpoint_layers", input_types=types) as g:
-        g.output(*model(*g.inputs))
-    compiled = InferenceSession(devices=[CPU()]).load(g, weights_registry=model.state_dict())
 
     rng = np.random.default_rng(9)
     lengths, cached = KV_LENGTHS, KV_CACHED

@@ -18,12 +18,13 @@ Each op gets FUZZ_CASES cases from its own seeded generator; every failure names
 
 from __future__ import annotations
 
+import graph_pool
 import numpy as np
-from max.driver import CPU, Buffer
+from max.driver import Buffer
 from max.dtype import DType
-from max.engine import InferenceSession
 from max.graph import DeviceRef, Graph, TensorType, ops
-from test_grouped import POISON, Scenario, build_graph, check, reference
+from max.graph import Module as GraphModule
+from test_grouped import POISON, Scenario, check, load_graph, reference, swiglu_layer
 from test_k_cache import PAGE, Batch
 from test_k_cache import run as run_k_cache
 
@@ -31,7 +32,6 @@ from checkpoint_fixtures import make_gptq
 from mojo_gemm import Int4Weight
 from mojo_gemm.core.extension import ensure_kernels_loaded
 from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
-from mojo_gemm.grouped.layer import GroupedLinear
 from mojo_gemm.grouped.routing import interleave_gate_up
 from mojo_gemm.int4.contract import int4_padded
 
@@ -71,11 +71,10 @@ def test_fuzz_grouped_cpu() -> None:
     b2 = rounded((E, N2, K2), DType.float16)
     b3 = rounded((E, N3, K3), DType.bfloat16)
     gate, up = rounded((E, I4, K4), DType.float16), rounded((E, I4, K4), DType.float16)
-    layer = GroupedLinear(E, K4, I4, swiglu=True, dtype=DType.float16, device=device)
+    layer = swiglu_layer(device)
     layer.load_experts(gate=gate, up=up)
     b4 = interleave_gate_up(gate, up)
-    model = InferenceSession(devices=[CPU()]).load(build_graph(device, layer),
-                                                   weights_registry=layer.state_dict())
+    model = load_graph("cpu", layer)
     weights = (to_buffer(b1, DType.bfloat16), to_buffer(b2, DType.float16),
                to_buffer(b3, DType.bfloat16))
     for i in range(FUZZ_CASES):
@@ -142,10 +141,11 @@ INT4_VARIANTS = tuple((g, zeros) for g in (32, 64, 128, -1) for zeros in (False,
 INT4_TOL = 1e-2
 
 
-def int4_graph() -> Graph:
+def int4_graph(module: GraphModule | None = None) -> Graph:
     """One `multistage_gemm_q` per INT4_VARIANTS entry, bfloat16, symbolic M (shared) and
     per-instance symbolic Kp, Np; inputs per instance: x [M, Kp] (already permuted and
-    padded), qweight [Np / 64, 8 Kp], scales [G, Np], zeros [G, Np] (has_zeros), bias [1, Np]."""
+    padded), qweight [Np / 64, 8 Kp], scales [G, Np], zeros [G, Np] (has_zeros), bias [1, Np];
+    built into `module` if given."""
     dev = DeviceRef.CPU()
     bf16 = DType.bfloat16
     types: list[TensorType] = []
@@ -156,7 +156,7 @@ def int4_graph() -> Graph:
         if zeros:
             types.append(TensorType(bf16, [f"g{i}", f"np{i}"], dev))
         types.append(TensorType(bf16, [1, f"np{i}"], dev))
-    with Graph("int4_fuzz", input_types=types) as g:
+    with Graph("int4_fuzz", input_types=types, module=module) as g:
         ensure_kernels_loaded()
         it = (v.tensor for v in g.inputs)
         outs = []
@@ -171,6 +171,9 @@ def int4_graph() -> Graph:
             )[0].tensor)
         g.output(*outs)
     return g
+
+
+graph_pool.register("int4_fuzz", lambda module: (int4_graph(module), {}))
 
 
 def int4_case(
@@ -202,7 +205,7 @@ def int4_case(
 def test_fuzz_int4_cpu() -> None:
     """FUZZ_CASES random M; each case gives every variant a fresh random weight shape."""
     rng = np.random.default_rng(4)
-    model = InferenceSession(devices=[CPU()]).load(int4_graph())
+    model = graph_pool.model("int4_fuzz")
     for i in range(FUZZ_CASES):
         m = int(rng.integers(0, 49))
         inputs, refs, names = [], [], []

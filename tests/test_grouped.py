@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer
 from max.dtype import DType
-from max.engine import InferenceSession
+from max.engine import InferenceSession, Model
 from max.graph import BufferType, DeviceRef, Graph, TensorType
+from max.graph import Module as GraphModule
 
 from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
 from mojo_gemm.grouped.layer import GroupedLinear
@@ -128,8 +130,9 @@ def check(name: str, got: np.ndarray, ref: np.ndarray, owners: np.ndarray) -> No
         assert err <= 1e-2, f"{name}: rel. Frobenius error {err:.3e} > 1e-2"
 
 
-def build_graph(device: DeviceRef, layer: GroupedLinear) -> Graph:
-    """The four op instances, symbolic T / G."""
+def build_graph(device: DeviceRef, layer: GroupedLinear, module: GraphModule | None = None
+                ) -> Graph:
+    """The four op instances, symbolic T / G (the last one `layer`), built into `module`."""
     types = [
         TensorType(DType.bfloat16, ["T", K1], device),  # a1
         TensorType(DType.bfloat16, [E, N1, K1], device),  # b1
@@ -144,7 +147,7 @@ def build_graph(device: DeviceRef, layer: GroupedLinear) -> Graph:
         TensorType(DType.int32, ["G"], device),
         TensorType(DType.uint32, [2], device),
     ]
-    with Graph("grouped_test", input_types=types) as graph:
+    with Graph(POOL_KEY, input_types=types, module=module) as graph:
         a1, b1, a2, b2, c2, a3, b3, a4, rs, offs, ids, stats = (v for v in graph.inputs)
         route = (offs.tensor, ids.tensor, stats.tensor)
         y1 = grouped_matmul(a1.tensor, b1.tensor, *route)
@@ -153,6 +156,32 @@ def build_graph(device: DeviceRef, layer: GroupedLinear) -> Graph:
         y4 = layer(a4.tensor, *route, row_scale=rs.tensor)
         graph.output(y1, y3, y4)
     return graph
+
+
+POOL_KEY = "grouped_test"
+
+
+def swiglu_layer(device: DeviceRef) -> GroupedLinear:
+    """The graph's layer instance: fp16 SwiGLU experts, K4 -> I4 (weights loaded by the caller)."""
+    return GroupedLinear(E, K4, I4, swiglu=True, dtype=DType.float16, device=device)
+
+
+def _pooled(module: GraphModule) -> graph_pool.Built:
+    layer = swiglu_layer(DeviceRef.CPU())
+    weights = graph_pool.prefixed_weights(POOL_KEY, layer)
+    return build_graph(DeviceRef.CPU(), layer, module), weights
+
+
+graph_pool.register(POOL_KEY, _pooled)
+
+
+def load_graph(device_kind: str, layer: GroupedLinear) -> Model:
+    """`build_graph` compiled for `device_kind` with `layer`'s weights (the CPU graph comes
+    from the suite's pool: compiled once, weights bound here)."""
+    if device_kind == "cpu":
+        return graph_pool.model(POOL_KEY, graph_pool.prefixed_weights(POOL_KEY, layer))
+    session = InferenceSession(devices=[CPU(), Accelerator()])
+    return session.load(build_graph(DeviceRef.GPU(), layer), weights_registry=layer.state_dict())
 
 
 def run_all(device_kind: str) -> None:
@@ -170,12 +199,10 @@ def run_all(device_kind: str) -> None:
     b3 = rounded((E, N3, K3), DType.bfloat16)
     gate = rounded((E, I4, K4), DType.float16)
     up = rounded((E, I4, K4), DType.float16)
-    layer = GroupedLinear(E, K4, I4, swiglu=True, dtype=DType.float16, device=device)
+    layer = swiglu_layer(device)
     layer.load_experts(gate=gate, up=up)
     b4 = interleave_gate_up(gate, up)
-
-    session = InferenceSession(devices=[CPU(), dev] if on_gpu else [CPU()])
-    model = session.load(build_graph(device, layer), weights_registry=layer.state_dict())
+    model = load_graph(device_kind, layer)
 
     for s in SCENARIOS:
         T = s.T

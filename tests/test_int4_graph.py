@@ -12,12 +12,14 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cache
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, ShardingStrategy, TensorType, TensorValue, ops
+from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
@@ -173,11 +175,12 @@ class Compiled:
 
 
 @cache
-def compiled(device_kind: str) -> Compiled:
-    """The all-cases graph compiled once on `device_kind` ("cpu" or "gpu")."""
+def loaded_layers(device_kind: str) -> tuple[Layers, list[tuple[np.ndarray, np.ndarray | None]],
+                                             dict[str, Ref]]:
+    """The all-cases layers on `device_kind` with their (seeded) weights loaded, the float64
+    references of those weights and the ShardedPair's."""
     rng = np.random.default_rng(2026)
     device = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
-    driver_device: Device = Accelerator() if device_kind == "gpu" else CPU()
     model_layers = Layers(device)
     refs, state = [], {}
     for i, (case, layer) in enumerate(zip(CASES, model_layers.layers, strict=True)):
@@ -190,8 +193,28 @@ def compiled(device_kind: str) -> Compiled:
         pair_state, pair_refs = model_layers.pair.state(rng)
         state.update({f"pair.{k}": v for k, v in pair_state.items()})
     model_layers.load_state_dict(state)
-    session = InferenceSession(devices=[CPU(), driver_device] if device_kind == "gpu" else [CPU()])
-    model = model_layers.compile(*input_types(device), session=session)
+    return model_layers, refs, pair_refs
+
+
+def _pooled(module: GraphModule) -> graph_pool.Built:
+    layers = loaded_layers("cpu")[0]
+    weights = graph_pool.prefixed_weights("int4_linear", layers)
+    return layers.trace(*input_types(DeviceRef.CPU()), name="int4_linear", module=module), weights
+
+
+graph_pool.register("int4_linear", _pooled)
+
+
+@cache
+def compiled(device_kind: str) -> Compiled:
+    """The all-cases graph compiled once on `device_kind` ("cpu" or "gpu"; the CPU one comes
+    from the suite's pool)."""
+    model_layers, refs, pair_refs = loaded_layers(device_kind)
+    if device_kind == "cpu":
+        return Compiled(graph_pool.model("int4_linear"), CPU(), refs, pair_refs)
+    driver_device = Accelerator()
+    model = model_layers.compile(*input_types(DeviceRef.GPU()),
+                                 session=InferenceSession(devices=[CPU(), driver_device]))
     return Compiled(model, driver_device, refs, pair_refs)
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType, ops
+from max.graph import Module as GraphModule
 
 from mojo_gemm import kernels_package
 from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
@@ -56,9 +58,10 @@ def _groups_dim(cfg: Config) -> str:
     return "g_all" if cfg.group_size < 0 else f"g{cfg.group_size}"
 
 
-def build_graph(dev: DeviceRef) -> Graph:
+def build_graph(dev: DeviceRef, module: GraphModule | None = None) -> Graph:
     """Inputs: x_<dtype> [m, kp], qweight [nb, kw], per config scales (+ zeros) [groups, np],
-    bias_<dtype> [1, n]; one output [m, n] per config. Dummies: zeros [1, 1], bias [1, 1]."""
+    bias_<dtype> [1, n]; one output [m, n] per config. Dummies: zeros [1, 1], bias [1, 1].
+    Built into `module` if given."""
     input_types = [TensorType(dt, ["m", "kp"], dev) for dt in DTYPES]
     input_types.append(TensorType(DType.uint32, ["nb", "kw"], dev))
     input_types += [TensorType(dt, [1, "n"], dev) for dt in DTYPES]
@@ -66,7 +69,7 @@ def build_graph(dev: DeviceRef) -> Graph:
         input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
         if cfg.has_zeros:
             input_types.append(TensorType(cfg.dtype, [_groups_dim(cfg), "np"], dev))
-    with Graph("int4_gemm_test", input_types=input_types,
+    with Graph("int4_gemm_test", input_types=input_types, module=module,
                custom_extensions=[kernels_package()]) as g:
         inputs = iter(v.tensor for v in g.inputs)
         xs = {dt: next(inputs) for dt in DTYPES}
@@ -141,7 +144,10 @@ def load(kind: str) -> tuple[Model, Device]:
         device: Device = Accelerator()
         session = InferenceSession(devices=[CPU(), device])
         return session.load(build_graph(DeviceRef.GPU())), device
-    return InferenceSession(devices=[CPU()]).load(build_graph(DeviceRef.CPU())), CPU()
+    return graph_pool.model("int4_gemm_test"), CPU()
+
+
+graph_pool.register("int4_gemm_test", lambda module: (build_graph(DeviceRef.CPU(), module), {}))
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+import graph_pool
 import ml_dtypes
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
+from max.graph import Module as GraphModule
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
 
@@ -125,11 +127,9 @@ def _ceil(a: int, b: int) -> int:
 
 
 # ------------------------------------------------------------------------------- the graph
-@cache
-def compiled(device_kind: str) -> tuple[Model, Device]:
+def build_graph(device_kind: str, module: GraphModule | None = None) -> Graph:
     """One graph with every op of OPS; inputs per cache, then per op (see `run`)."""
     dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
     fp8 = fp8_dtype_for(dref)
     types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["B1"], dref)]
     for c in CACHES:
@@ -156,7 +156,7 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
         if op.kv_scale is not None:
             per_half = 1 if op.kv_scale == "tensor" else c.heads
             types.append(TensorType(DType.float32, [n_halves * per_half], dref))
-    with Graph(f"k_cache_{device_kind}", input_types=types) as g:
+    with Graph(f"k_cache_{device_kind}", input_types=types, module=module) as g:
         it = iter(g.inputs)
         offsets = next(it).tensor
         colls = {}
@@ -202,8 +202,19 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
                 kv_scale=kv_scale,
             )
         g.output()
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g), dev
+    return g
+
+
+graph_pool.register("k_cache", lambda module: (build_graph("cpu", module), {}))
+
+
+@cache
+def compiled(device_kind: str) -> tuple[Model, Device]:
+    """`build_graph` compiled for `device_kind` (the CPU one comes from the suite's pool)."""
+    if device_kind == "cpu":
+        return graph_pool.model("k_cache"), CPU()
+    dev = Accelerator()
+    return InferenceSession(devices=[CPU(), dev]).load(build_graph(device_kind)), dev
 
 
 # ------------------------------------------------------------------------------- a batch

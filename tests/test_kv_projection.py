@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import BufferType, DeviceRef, Graph, ShardingStrategy, TensorType, TensorValue
+from max.graph import Module as GraphModule
 from max.nn import Module
 from max.nn.kv_cache import MHAKVCacheParams, PagedCacheValues
 from max.nn.kv_cache.cache_params import contiguous_page_view_and_stride
@@ -103,10 +106,11 @@ class Model3(Module):
             getattr(self, spec.attr)(xs[spec.x], offsets, colls[spec.cache])
 
 
-@cache
-def compiled(device_kind: str) -> tuple[Model, Device]:
+def build_graph(device_kind: str, module: GraphModule | None = None
+                ) -> tuple[Graph, dict[str, Any]]:
+    """Model3 with its float weights loaded, in one graph (built into `module` if given), and
+    its weights (named `kv_projection.*`)."""
     dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
     model = Model3(dref)
     state = {}
     for spec in LAYERS:
@@ -114,6 +118,7 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
         for k, v in layer.state_from_float(*float_weights(spec)).items():
             state[f"{spec.attr}.{k}"] = v
     model.load_state_dict(state)
+    weights = graph_pool.prefixed_weights("kv_projection", model)
     types: list[TensorType | BufferType] = [TensorType(DType.uint32, ["B1"], dref)]
     types += [TensorType(dt, ["T", h], dref) for dt, h in XS]
     for c in CACHES.values():
@@ -127,7 +132,7 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
             TensorType(DType.uint32, [1], DeviceRef.CPU()),
             TensorType(DType.uint32, [1], DeviceRef.CPU()),
         ]
-    with Graph(f"kv_projection_{device_kind}", input_types=types) as g:
+    with Graph(f"kv_projection_{device_kind}", input_types=types, module=module) as g:
         it = iter(g.inputs)
         offsets = next(it).tensor
         xs = [next(it).tensor for _ in XS]
@@ -141,8 +146,20 @@ def compiled(device_kind: str) -> tuple[Model, Device]:
             )
         model(offsets, xs, colls)
         g.output()
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    return session.load(g, weights_registry=model.state_dict()), dev
+    return g, weights
+
+
+graph_pool.register("kv_projection", lambda module: build_graph("cpu", module))
+
+
+@cache
+def compiled(device_kind: str) -> tuple[Model, Device]:
+    """`build_graph` compiled for `device_kind` (the CPU one comes from the suite's pool)."""
+    if device_kind == "cpu":
+        return graph_pool.model("kv_projection"), CPU()
+    dev = Accelerator()
+    g, weights = build_graph(device_kind)
+    return InferenceSession(devices=[CPU(), dev]).load(g, weights_registry=weights), dev
 
 
 def run(device_kind: str, batch: Batch, seed: int) -> None:
@@ -357,20 +374,15 @@ class HeadShards(Module):
             shard(x, offsets, coll)
 
 
-def run_head_shards(device_kind: str) -> None:
-    """Shard i's cache equals heads [i H/n, (i+1) H/n) of the full layer's cache, bit for bit
-    (written slots and untouched poison alike); every shard on the same device (the one-device
-    path of a multi-device model)."""
-    rng = np.random.default_rng(12)
-    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
-    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
+SHARDS_KEY = "kv_projection_head_shards"
+SHARD_LAYERS = [SHARD_HEADS] + [SHARD_HEADS // SHARD_N] * SHARD_N
+"""KV heads of the full layer, then of each shard."""
+
+
+def head_shards_graph(dref: DeviceRef, model: HeadShards, module: GraphModule | None = None
+                      ) -> Graph:
+    """`model` (the full layer and its shards) writing one cache each, in one graph."""
     cpu = DeviceRef.CPU()
-    model = HeadShards(dref)
-    n = SHARD_HEADS * SHARD_HEAD_DIM
-    model.load_state_dict({f"full.{k}": v for k, v in model.full.state_from_float(
-        rng.standard_normal((n, SHARD_HIDDEN)) * 0.05,
-        rng.standard_normal((n, SHARD_HIDDEN)) * 0.05).items()})
-    heads = [SHARD_HEADS] + [SHARD_HEADS // SHARD_N] * SHARD_N
     types: list[TensorType | BufferType] = [
         TensorType(DType.bfloat16, ["T", SHARD_HIDDEN], dref),
         TensorType(DType.uint32, ["B1"], dref), TensorType(DType.int64, [1], cpu),
@@ -379,8 +391,8 @@ def run_head_shards(device_kind: str) -> None:
     ]
     types += [BufferType(DType.bfloat16,
                          [f"pages{i}", *HeadShards.params(h, dref).shape_per_block], dref)
-              for i, h in enumerate(heads)]
-    with Graph(f"kv_projection_head_shards_{device_kind}", input_types=types) as g:
+              for i, h in enumerate(SHARD_LAYERS)]
+    with Graph(SHARDS_KEY, input_types=types, module=module) as g:
         x, offsets, stride, lens, lut, mp, mc, *blocks = g.inputs
         model(x.tensor, offsets.tensor, [
             PagedCacheValues(kv_blocks=b.buffer, cache_lengths=lens.tensor,
@@ -388,8 +400,36 @@ def run_head_shards(device_kind: str) -> None:
                              max_cache_length=mc.tensor, page_stride=stride.tensor)
             for b in blocks])
         g.output()
-    session = InferenceSession(devices=[CPU()] if device_kind == "cpu" else [CPU(), dev])
-    compiled = session.load(g, weights_registry=model.state_dict())
+    return g
+
+
+def _pooled_head_shards(module: GraphModule) -> graph_pool.Built:
+    model = HeadShards(DeviceRef.CPU())
+    weights = graph_pool.prefixed_weights(SHARDS_KEY, model)
+    return head_shards_graph(DeviceRef.CPU(), model, module), weights
+
+
+graph_pool.register(SHARDS_KEY, _pooled_head_shards)
+
+
+def run_head_shards(device_kind: str) -> None:
+    """Shard i's cache equals heads [i H/n, (i+1) H/n) of the full layer's cache, bit for bit
+    (written slots and untouched poison alike); every shard on the same device (the one-device
+    path of a multi-device model)."""
+    rng = np.random.default_rng(12)
+    dref = DeviceRef.CPU() if device_kind == "cpu" else DeviceRef.GPU()
+    dev: Device = CPU() if device_kind == "cpu" else Accelerator()
+    model = HeadShards(dref)
+    n = SHARD_HEADS * SHARD_HEAD_DIM
+    model.load_state_dict({f"full.{k}": v for k, v in model.full.state_from_float(
+        rng.standard_normal((n, SHARD_HIDDEN)) * 0.05,
+        rng.standard_normal((n, SHARD_HIDDEN)) * 0.05).items()})
+    weights = graph_pool.prefixed_weights(SHARDS_KEY, model)
+    if device_kind == "cpu":
+        compiled = graph_pool.model(SHARDS_KEY, weights)
+    else:
+        session = InferenceSession(devices=[CPU(), dev])
+        compiled = session.load(head_shards_graph(dref, model), weights_registry=weights)
     batch = BATCHES["prefill_ragged"]
     offs = np.concatenate([[0], np.cumsum(batch.lengths)]).astype(np.uint32)
     lengths = np.array(batch.cache_lengths, np.uint32)

@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import CPU, Accelerator, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, ShardingStrategy, TensorType, TensorValue, ops
+from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 
 from mojo_gemm.core.host import to_buffer, to_numpy
@@ -93,10 +95,10 @@ class Blocks(Module):
 
 
 @cache
-def compiled(device_kind: str) -> tuple[Model, Device, tuple[tuple[np.ndarray, ...], ...]]:
-    """The two-block model on `device_kind`, compiled once, with its float weights."""
+def loaded_blocks(device_kind: str) -> tuple[Blocks, tuple[tuple[np.ndarray, ...], ...]]:
+    """The two-block model on `device_kind` with its (seeded) float weights loaded, and those
+    weights."""
     dref = DeviceRef.GPU() if device_kind == "gpu" else DeviceRef.CPU()
-    dev: Device = Accelerator() if device_kind == "gpu" else CPU()
     blocks = Blocks(dref)
     weights = tuple(case_weights(c, seed=10 + n) for n, c in enumerate(CASES))
     state = {}
@@ -106,9 +108,32 @@ def compiled(device_kind: str) -> tuple[Model, Device, tuple[tuple[np.ndarray, .
         tp_weights = case_weights(TP_CASE, seed=30)
         state.update({f"tp.{k}": v for k, v in blocks.tp.moe_state(*tp_weights).items()})
     blocks.load_state_dict(state)
-    session = InferenceSession(devices=[CPU(), dev] if device_kind == "gpu" else [CPU()])
-    types = [TensorType(c.dtype, [f"t{n}", c.hidden], dref) for n, c in enumerate(CASES)]
-    return blocks.compile(*types, session=session), dev, weights
+    return blocks, weights
+
+
+def input_types(dref: DeviceRef) -> list[TensorType]:
+    return [TensorType(c.dtype, [f"t{n}", c.hidden], dref) for n, c in enumerate(CASES)]
+
+
+def _pooled(module: GraphModule) -> graph_pool.Built:
+    blocks = loaded_blocks("cpu")[0]
+    weights = graph_pool.prefixed_weights("moe_blocks", blocks)
+    return blocks.trace(*input_types(DeviceRef.CPU()), name="moe_blocks", module=module), weights
+
+
+graph_pool.register("moe_blocks", _pooled)
+
+
+@cache
+def compiled(device_kind: str) -> tuple[Model, Device, tuple[tuple[np.ndarray, ...], ...]]:
+    """The two-block model on `device_kind`, compiled once (the CPU one comes from the
+    suite's pool), with its float weights."""
+    blocks, weights = loaded_blocks(device_kind)
+    if device_kind == "cpu":
+        return graph_pool.model("moe_blocks"), CPU(), weights
+    dev = Accelerator()
+    session = InferenceSession(devices=[CPU(), dev])
+    return blocks.compile(*input_types(DeviceRef.GPU()), session=session), dev, weights
 
 
 def run(device_kind: str) -> None:

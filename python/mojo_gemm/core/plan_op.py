@@ -3,9 +3,10 @@
 The int4 and K-cache ops each register a `*_plan` op computing, on the host, the kernel and tile
 their GPU dispatch picks (the dispatch's own Mojo function). This module holds the one way to
 call such an op from Python: a tiny CPU graph per (op, parameters), compiled once per process,
-or one graph holding several ops once per parameter set each (`compile_plans`), which costs
+or one graph holding several ops once per parameter set each (`plan_graph`), which costs
 about as much to compile as a graph of one: the compile's fixed cost dominates, not each
-specialization.
+specialization; the caller compiles it (alone or beside other graphs of one
+`max.graph.Module`) and hands the model back (`PlanGraph.adopt`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _PlanKey = tuple[str, int, int, Parameters]
 
 @dataclass(frozen=True)
 class PlanBatch:
-    """One plan op with the compile-time parameter sets `compile_plans` builds it for.
+    """One plan op with the compile-time parameter sets `plan_graph` builds it for.
 
     idle_sizes: int64 sizes [n_sizes] that every set accepts; the batched graph feeds them to
     this op's input while a plan of another op is asked for.
@@ -46,22 +47,23 @@ class _Batched:
 
 
 _BATCHED: dict[_PlanKey, _Batched] = {}
-"""(op, n_sizes, plan_bytes, parameters) -> where `compile_plans` put that plan."""
+"""(op, n_sizes, plan_bytes, parameters) -> where an adopted `plan_graph` put that plan."""
 
 
-def _compile(name: str, inputs: Sequence[tuple[str, int, int, Sequence[Parameters]]]) -> Any:
-    """One CPU graph: per entry (op, n_sizes, plan_bytes, parameter sets) an int64 sizes
-    [n_sizes] input and one uint8 [plan_bytes] output per parameter set, in entry order."""
-    from max.driver import CPU
+def _build(name: str, inputs: Sequence[tuple[str, int, int, Sequence[Parameters]]],
+           module: Any = None) -> Any:
+    """One CPU graph (in `module`, a `max.graph.Module`, if given): per entry (op, n_sizes,
+    plan_bytes, parameter sets) an int64 sizes [n_sizes] input and one uint8 [plan_bytes]
+    output per parameter set, in entry order."""
     from max.dtype import DType
-    from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
     from .extension import kernels_package
 
     cpu = DeviceRef.CPU()
     types = [TensorType(DType.int64, [n_sizes], cpu) for _, n_sizes, _, _ in inputs]
-    with Graph(name, input_types=types, custom_extensions=[kernels_package()]) as graph:
+    with Graph(name, input_types=types, module=module,
+               custom_extensions=[kernels_package()]) as graph:
         plans = [
             ops.custom(op, cpu, [graph.inputs[i].tensor],
                        [TensorType(DType.uint8, [plan_bytes], cpu)],
@@ -70,6 +72,13 @@ def _compile(name: str, inputs: Sequence[tuple[str, int, int, Sequence[Parameter
             for parameters in parameter_sets
         ]
         graph.output(*plans)
+    return graph
+
+
+def _load(graph: Any) -> Any:
+    from max.driver import CPU
+    from max.engine import InferenceSession
+
     return InferenceSession(devices=[CPU()]).load(graph)
 
 
@@ -80,31 +89,44 @@ def _graph_name(op: str, parameters: Parameters) -> str:
 
 @cache
 def _plan_model(op: str, n_sizes: int, plan_bytes: int, parameters: Parameters) -> Any:
-    return _compile(_graph_name(op, parameters), [(op, n_sizes, plan_bytes, [parameters])])
+    return _load(_build(_graph_name(op, parameters), [(op, n_sizes, plan_bytes, [parameters])]))
 
 
-def compile_plans(*batches: PlanBatch) -> None:
-    """Compiles ONE graph holding every batch's op once per parameter set, so later
-    `plan_text` calls with any of these (op, parameters) need no compile of their own. Sets
-    already compiled this way are left out."""
+@dataclass(frozen=True)
+class PlanGraph:
+    """ONE CPU graph holding several plan ops once per parameter set (`plan_graph`)."""
+
+    graph: Any
+    """The `max.graph.Graph`; compile it, then `adopt` its model."""
+    entries: tuple[tuple[PlanBatch, tuple[Parameters, ...]], ...]
+
+    def adopt(self, model: Any) -> None:
+        """Takes the graph's compiled model: later `plan_text` calls with any of its (op,
+        parameters) run it and need no compile of their own."""
+        idle = tuple(b.idle_sizes for b, _ in self.entries)
+        output = 0
+        for index, (b, keys) in enumerate(self.entries):
+            for parameters in keys:
+                _BATCHED[(b.op, b.n_sizes, b.plan_bytes, parameters)] = _Batched(
+                    model, index, output, idle)
+                output += 1
+
+
+def plan_graph(*batches: PlanBatch, module: Any = None) -> PlanGraph | None:
+    """ONE graph (built into `module`, a `max.graph.Module`, if given) holding every batch's
+    op once per parameter set not adopted yet; None when there is none."""
     entries = []
     for b in batches:
         keys = list(dict.fromkeys(tuple(sorted(p.items())) for p in b.parameter_sets))
         keys = [p for p in keys if (b.op, b.n_sizes, b.plan_bytes, p) not in _BATCHED]
         if keys:
-            entries.append((b, keys))
+            entries.append((b, tuple(keys)))
     if not entries:
-        return
+        return None
     name = _graph_name("_".join(b.op for b, _ in entries), entries[0][1][0])
-    model = _compile(f"{name}_x{sum(len(k) for _, k in entries)}",
-                     [(b.op, b.n_sizes, b.plan_bytes, keys) for b, keys in entries])
-    idle = tuple(b.idle_sizes for b, _ in entries)
-    output = 0
-    for index, (b, keys) in enumerate(entries):
-        for parameters in keys:
-            _BATCHED[(b.op, b.n_sizes, b.plan_bytes, parameters)] = _Batched(
-                model, index, output, idle)
-            output += 1
+    graph = _build(f"{name}_x{sum(len(k) for _, k in entries)}",
+                   [(b.op, b.n_sizes, b.plan_bytes, keys) for b, keys in entries], module)
+    return PlanGraph(graph, tuple(entries))
 
 
 def plan_text(op: str, sizes: Sequence[int], plan_bytes: int,

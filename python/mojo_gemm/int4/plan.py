@@ -54,9 +54,9 @@ def _parameters(group_size: int, has_zeros: bool, arch: str,
 
 
 def int4_plan_batch(variants: Iterable[Mapping[str, Any]]) -> PlanBatch:
-    """The plan op once per variant, for `core.plan_op.compile_plans`: after
-    `compile_plans(int4_plan_batch(variants), ...)` (one CPU graph, other ops' batches may share
-    it) the `int4_gpu_plan` calls with these variants need no compile of their own.
+    """The plan op once per variant, for `core.plan_op.plan_graph`: once the model of
+    `plan_graph(int4_plan_batch(variants), ...)` is adopted (one CPU graph, other ops' batches
+    may share it) the `int4_gpu_plan` calls with these variants need no compile of their own.
 
     variants: keyword arguments of `int4_gpu_plan` other than m, n, k (group_size, has_zeros,
     arch, force; missing ones take its defaults), e.g. [{}, {"arch": "sm_89"}].

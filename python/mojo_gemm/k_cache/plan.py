@@ -76,9 +76,9 @@ def _parameters(granularity: tuple[int, int, int], arch: str,
 
 
 def k_cache_plan_batch(variants: Iterable[Mapping[str, Any]]) -> PlanBatch:
-    """The plan op once per variant, for `core.plan_op.compile_plans`: after
-    `compile_plans(k_cache_plan_batch(variants), ...)` (one CPU graph, other ops' batches may share
-    it) the `k_cache_gpu_plan` calls with these variants need no compile of their own.
+    """The plan op once per variant, for `core.plan_op.plan_graph`: once the model of
+    `plan_graph(k_cache_plan_batch(variants), ...)` is adopted (one CPU graph, other ops' batches
+    may share it) the `k_cache_gpu_plan` calls with these variants need no compile of their own.
 
     variants: keyword arguments of `k_cache_gpu_plan` among granularity, arch and force
     (missing ones take its defaults), e.g. [{}, {"granularity": (1, 128, 64)}].

@@ -1,0 +1,113 @@
+"""Every CPU test graph of a pytest session in ONE compile.
+
+MAX 26.7 pays a large fixed cost per compile (its kernel library and this package's are loaded,
+and the kernels the graphs share are specialized again, for each compile): the suite's dozen CPU
+graphs took about 290 s cold on 2 cores compiled one by one, and 65 s placed in one
+`max.graph.Module` and compiled by one `InferenceSession.compile`. So a test module registers
+its CPU graph here when it is imported (collection, before any test runs), and the first
+`model(key)` call builds every registered graph into one module, compiles it once and
+initializes every graph. GPU graphs are compiled by their tests as before (on a GPU machine the
+per-graph cost is small next to the runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from max.driver import CPU
+from max.engine import CompiledModel, InferenceSession, Model
+from max.graph import Graph, Module
+from max.nn import Module as Layer
+
+from mojo_gemm import kernels_package
+
+Built = tuple[Graph, Mapping[str, Any]]
+"""A registered builder's result: its graph (built into the module it was given) and the
+graph's weights by name (names unique across the pool: prefix them, e.g. with the key)."""
+
+_BUILDERS: dict[str, Callable[[Module], Built]] = {}
+_FAILED: list[Exception] = []
+"""The pooled compile's error, once it failed: later calls raise at once instead of compiling
+again."""
+
+
+def register(key: str, build: Callable[[Module], Built]) -> None:
+    """Queues a CPU graph: `build(module)` builds it with `Graph(..., module=module)` and
+    returns it with its weights. Registering a key again replaces its builder (a module that
+    is imported twice)."""
+    if _pool.cache_info().currsize:
+        raise RuntimeError(f"graph_pool: {key!r} registered after the pool was compiled")
+    _BUILDERS[key] = build
+
+
+class _Holder(Layer):
+    """A parent whose attribute `key` is the layer, so its weights are named `key.*`."""
+
+    def __call__(self) -> None:
+        raise TypeError("graph_pool: a weight-naming holder is not called")
+
+
+def prefixed_weights(key: str, layer: Layer) -> dict[str, Any]:
+    """Names `layer`'s weights `<key>.<attribute path>` (call it before the graph is built: a
+    traced weight keeps the name it has then) and returns its state dict under those names."""
+    values = layer.state_dict()  # loaded values live on the module they were loaded into
+    holder = _Holder()
+    setattr(holder, key, layer)
+    holder.state_dict()  # renames the weights
+    return {f"{key}.{name}": value for name, value in values.items()}
+
+
+@dataclass
+class _Pool:
+    session: InferenceSession
+    compiled: CompiledModel
+    names: dict[str, str]
+    """Registered key -> its graph's name."""
+    weights: dict[str, Any]
+    """Every graph's weights as its builder returned them."""
+    models: dict[str, Model]
+    """Registered key -> its graph initialized with `weights`."""
+
+
+@cache
+def _pool() -> _Pool:
+    module, names, weights = Module(), {}, {}
+    for key, build in _BUILDERS.items():
+        graph, registry = build(module)
+        clash = sorted(weights.keys() & registry.keys())
+        if clash:
+            raise ValueError(f"graph_pool: {key!r} reuses weight names {clash[:5]} of an "
+                             "earlier graph; prefix its weights")
+        weights.update(registry)
+        names[key] = graph.name
+    session = InferenceSession(devices=[CPU()])
+    compiled = session.compile(module, custom_extensions=[kernels_package()])
+    models = session.init_all(compiled, weights_registry=weights)
+    return _Pool(session, compiled, names, weights,
+                 {key: models[name] for key, name in names.items()})
+
+
+def model(key: str, weights: Mapping[str, Any] | None = None) -> Model:
+    """The initialized CPU model of the graph registered as `key` (the first call compiles
+    every registered graph). `weights` (names as the builder gave them) replace the builder's
+    values in a fresh initialization (cheap: the compile is reused)."""
+    if key not in _BUILDERS:
+        raise KeyError(f"graph_pool: no graph registered as {key!r}")
+    if _FAILED:
+        raise RuntimeError("graph_pool: the pooled CPU compile failed (see the first test that "
+                           "asked for a graph)") from _FAILED[0]
+    try:
+        pool = _pool()
+        if weights is None:
+            return pool.models[key]
+        unknown = sorted(weights.keys() - pool.weights.keys())
+        if unknown:
+            raise KeyError(f"graph_pool: {key!r} has no weights named {unknown[:5]}")
+        fresh = pool.session.init_all(pool.compiled, weights_registry={**pool.weights, **weights})
+        return fresh[pool.names[key]]
+    except Exception as err:
+        _FAILED.append(err)
+        raise
