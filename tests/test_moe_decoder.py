@@ -10,20 +10,25 @@ every other element of the arena must still hold its poison.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from functools import cache
 
+import graph_pool
 import numpy as np
 import pytest
 from max.driver import Buffer, accelerator_count
+from max.graph import DeviceRef
+from max.graph import Module as GraphModule
 
-from background import Job
-from background import run as run_job
 from mojo_gemm.core.host import to_numpy
-from mojo_gemm.models.decoder import DecoderConfig, DecoderWeights, random_weights
+from mojo_gemm.models.decoder import (
+    DecoderConfig,
+    DecoderWeights,
+    MoEDecoder,
+    build_graph,
+    random_weights,
+)
 from mojo_gemm.models.reference import ReferenceDecoder
 from mojo_gemm.models.runtime import DecoderRunner
-from subprocess_env import child_env
 
 CONFIG = DecoderConfig(vocab_size=300, hidden_size=256, num_layers=2, num_heads=4,
                        num_kv_heads=2, head_dim=32, num_experts=6, top_k=2,
@@ -88,11 +93,36 @@ def to_numpy_bits(runner: DecoderRunner) -> np.ndarray:
     return (as_f32.view(np.uint32) >> 16).astype(np.uint16)
 
 
+WEIGHT_SEED = 3
+
+
+def _pooled(module: GraphModule) -> graph_pool.Built:
+    model = cpu_model()
+    weights = graph_pool.prefixed_weights("moe_decoder", model)
+    return build_graph(model, module), weights
+
+
+@cache
+def cpu_model() -> MoEDecoder:
+    """The test decoder on the CPU with the WEIGHT_SEED weights loaded (its graph is compiled
+    in the suite's CPU pool)."""
+    model = MoEDecoder(CONFIG, DeviceRef.CPU())
+    model.load_state_dict(model.state(random_weights(CONFIG, seed=WEIGHT_SEED)))
+    return model
+
+
+graph_pool.register("moe_decoder", _pooled)
+
+
 def run(device_kind: str) -> None:
-    weights = random_weights(CONFIG, seed=3)
+    weights = random_weights(CONFIG, seed=WEIGHT_SEED)
     rng = np.random.default_rng(4)
-    runner = DecoderRunner(weights, device_kind, num_sequences=len(PROMPTS),
-                           total_pages=TOTAL_PAGES)
+    if device_kind == "cpu":
+        runner = DecoderRunner(None, "cpu", num_sequences=len(PROMPTS), total_pages=TOTAL_PAGES,
+                               model=cpu_model(), compiled=graph_pool.model("moe_decoder"))
+    else:
+        runner = DecoderRunner(weights, device_kind, num_sequences=len(PROMPTS),
+                               total_pages=TOTAL_PAGES)
     ref = ReferenceDecoder(weights, num_sequences=len(PROMPTS))
     poisoned = poison(runner, rng)
     tokens = [rng.integers(0, CONFIG.vocab_size, n).tolist() for n in PROMPTS]
@@ -114,19 +144,10 @@ def run(device_kind: str) -> None:
                       for i, n in zip(out.next_ids, sizes, strict=True)]
 
 
-CPU_RUN = Job((sys.executable, "-c", "from test_moe_decoder import run; run('cpu')"),
-              timeout=900, cwd=str(Path(__file__).resolve().parent),
-              env=tuple(sorted(child_env().items())), seconds=100)
-"""The CPU run in a child process: its one graph is the suite's longest compile, so it runs on
-the background lane (tests/background.py) while the main lane runs the in-process tests."""
-
-
 @pytest.mark.slow
-@pytest.mark.background(CPU_RUN)
 def test_moe_decoder_cpu() -> None:
     """Prefill, decode, ragged continuation, two decodes on the CPU."""
-    result = run_job(CPU_RUN)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
+    run("cpu")
 
 
 @pytest.mark.gpu

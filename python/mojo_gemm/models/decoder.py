@@ -30,6 +30,7 @@ import numpy as np
 from max.driver import Buffer
 from max.dtype import DType
 from max.graph import BufferType, DeviceRef, Dim, Graph, TensorType, TensorValue, Weight, ops
+from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 from max.nn.attention import MHAMaskVariant
 from max.nn.kernels import flash_attention_ragged
@@ -429,14 +430,15 @@ def graph_input_types(config: DecoderConfig,
     return types
 
 
-def build_graph(model: Module) -> Graph:
+def build_graph(model: Module, module: GraphModule | None = None) -> Graph:
     """The decoder's one graph (symbolic tokens, batch, pages): serves prefill and decode.
 
     `model`: a `MoEDecoder`, or any module with its call signature and `config` / `device`
-    attributes (e.g. a variant built from other ops)."""
+    attributes (e.g. a variant built from other ops). `module`: the `max.graph.Module` to build
+    it in (to compile it with other graphs at once), default a new one."""
     config: DecoderConfig = model.config
     types = graph_input_types(config, model.device)
-    with Graph("moe_decoder", input_types=types) as graph:
+    with Graph("moe_decoder", input_types=types, module=module) as graph:
         tokens, offsets, blocks, lengths, lut, max_prompt, max_cache, stride, *meta = graph.inputs
         kv = PagedCacheValues(kv_blocks=blocks.buffer, cache_lengths=lengths.tensor,
                               lookup_table=lut.tensor, max_prompt_length=max_prompt.tensor,

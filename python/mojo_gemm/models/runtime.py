@@ -252,12 +252,14 @@ class DecoderRunner:
     `devices` > 1 (GPU, flash attention), or `sharded=True`: the model is `ShardedMoEDecoder`
     over that many GPUs (MAX's multi-device graph and allreduce, a KV-head share of the cache on
     each; one GPU runs the same sharded layers with nothing to reduce), every step eager.
+    `compiled`: `build_graph(model)` already compiled and initialized with `model`'s weights
+    (e.g. beside other graphs of one `max.graph.Module`), used instead of compiling it here.
     """
 
     def __init__(self, weights: DecoderWeights | None, device_kind: str, num_sequences: int,
                  total_pages: int = 64, *, max_cache_length: int | None = None,
                  model: Module | None = None, captured: bool = True, devices: int = 1,
-                 sharded: bool = False) -> None:
+                 sharded: bool = False, compiled: Model | None = None) -> None:
         if device_kind not in ("cpu", "gpu"):
             raise ValueError(f"DecoderRunner: device_kind must be 'cpu' or 'gpu', got "
                              f"{device_kind!r}")
@@ -267,6 +269,9 @@ class DecoderRunner:
             raise ValueError(f"DecoderRunner: devices must be 1, or the sharded decoder on the "
                              f"GPU (no prebuilt model), got devices={devices}, sharded={sharded}"
                              f" ({device_kind})")
+        if compiled is not None and (model is None or sharded):
+            raise ValueError("DecoderRunner: compiled needs the prebuilt model it was compiled "
+                             f"from (one device), got model={model!r}, sharded={sharded}")
         drefs = [DeviceRef.GPU(i) for i in range(devices)] if gpu else [DeviceRef.CPU()]
         self.devices: list[Device] = ([Accelerator(i) for i in range(devices)] if gpu
                                       else [CPU()])
@@ -280,13 +285,16 @@ class DecoderRunner:
             model.load_state_dict(model.state(weights))
         self.config = config = model.config
         start = time.perf_counter()
-        if sharded:
-            graph = build_sharded_graph(model)
-            self._signals = list(Signals(drefs).buffers())
+        if compiled is not None:
+            self.model: Model = compiled
         else:
-            graph = build_graph(model)
-        session = InferenceSession(devices=[CPU(), *self.devices] if gpu else [CPU()])
-        self.model: Model = session.load(graph, weights_registry=model.state_dict())
+            if sharded:
+                graph = build_sharded_graph(model)
+                self._signals = list(Signals(drefs).buffers())
+            else:
+                graph = build_graph(model)
+            session = InferenceSession(devices=[CPU(), *self.devices] if gpu else [CPU()])
+            self.model = session.load(graph, weights_registry=model.state_dict())
         self.compile_seconds = time.perf_counter() - start
         self.cache = PagedKVCache(config.kv_params(drefs if sharded else drefs[0]),
                                   total_pages, num_sequences, self.devices,
