@@ -4,10 +4,11 @@
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
 the rest CUDA): the graphs are compiled, nothing runs. By default one graph holds every op's
-specializations (option combinations covered pairwise); --one-graph compiles a single graph
-holding one instance of every op instead (each target's kernel path once, for the targets CI
-checks besides sm_90a; the grouped SM100 kernel's epilogue variants and both cta_group values
-are built by the sm_100a PTX check of scripts/check_ptx.py).
+specializations (option combinations covered pairwise), compiled in one module with the example
+decoder sharded over 2 virtual devices (one compile's fixed cost for both); --one-graph
+compiles a single graph holding one instance of every op instead (each target's kernel path
+once, for the targets CI checks besides sm_90a; the grouped SM100 kernel's epilogue variants
+and both cta_group values are built by the sm_100a PTX check of scripts/check_ptx.py).
 """
 
 from __future__ import annotations
@@ -49,26 +50,23 @@ def _int4_part():  # type: ignore[no-untyped-def]
     return types, build, layers
 
 
-def _compile_parts(name: str, parts: list) -> None:  # type: ignore[type-arg]
-    """Compiles ONE graph holding every part: a part is (input types, build, module or None),
-    build taking its inputs and returning its outputs, the module holding its weights (zero
-    weights are bound). One graph instead of one per op saves the per-graph cost of MAX's
-    compile (about 30 CPU-s) for each part after the first."""
-    from max.driver import CPU, Accelerator
-    from max.engine import InferenceSession
+def _build_parts(name: str, parts: list, module) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """Builds ONE graph holding every part into `module`: a part is (input types, build,
+    module or None), build taking its inputs and returning its outputs, the module holding its
+    weights. One graph instead of one per op saves the per-graph cost of MAX's compile (about
+    30 CPU-s) for each part after the first."""
     from max.graph import Graph
     from max.nn import LayerList
 
-    # zero weights; the state dict also gives every weight its unique FQN name
-    registry = LayerList([m for _, _, m in parts if m is not None]).state_dict()
+    # the state dict gives every weight its unique FQN name
+    LayerList([m for _, _, m in parts if m is not None]).state_dict()
     types = [t for part_types, _, _ in parts for t in part_types]
-    with Graph(name, input_types=types) as graph:
+    with Graph(name, input_types=types, module=module) as graph:
         inputs, outputs = list(graph.inputs), []
         for part_types, build, _ in parts:
             mine, inputs = inputs[:len(part_types)], inputs[len(part_types):]
             outputs += build(mine)
         graph.output(*outputs)
-    InferenceSession(devices=[CPU(), Accelerator()]).load(graph, weights_registry=registry)
 
 
 def _grouped_part():  # type: ignore[no-untyped-def]
@@ -261,11 +259,11 @@ def _moe_route_part():  # type: ignore[no-untyped-def]
     return types, build, None
 
 
-def compile_every_specialization() -> None:
-    """Every op's GPU specializations (the parts above) in ONE graph."""
-    _compile_parts("every_specialization_gpu_compile",
-                   [_int4_part(), _grouped_part(), _k_cache_part(), _moe_route_part(),
-                    _kv_projection_part()])
+def build_every_specialization(module) -> None:  # type: ignore[no-untyped-def]
+    """Every op's GPU specializations (the parts above) in ONE graph, built into `module`."""
+    _build_parts("every_specialization_gpu_compile",
+                 [_int4_part(), _grouped_part(), _k_cache_part(), _moe_route_part(),
+                  _kv_projection_part()], module)
 
 
 SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
@@ -352,14 +350,13 @@ ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent,
 SHARDED_NAME = ("the example decoder sharded (ShardedMoEDecoder: Int4Linear rowwise + columnwise"
                 " shards, PagedKVProjection head shards, MoEBlock expert shards, allreduce)"
                 " on 2 devices")
-"""The --sharded build's name."""
+"""The sharded decoder's name in the default (sm_90a) build."""
 
 
-def compile_sharded_decoder() -> None:
+def build_sharded_decoder(module) -> None:  # type: ignore[no-untyped-def]
     """The example decoder sharded over 2 GPUs (`ShardedMoEDecoder`: one layer, flash
-    attention, heads and KV heads split, experts expert-parallel, MAX's allreduce)."""
-    from max.driver import CPU, Accelerator
-    from max.engine import InferenceSession
+    attention, heads and KV heads split, experts expert-parallel, MAX's allreduce), built into
+    `module`."""
     from max.graph import DeviceRef
 
     from mojo_gemm.models.decoder import DecoderConfig
@@ -370,9 +367,24 @@ def compile_sharded_decoder() -> None:
                            moe_intermediate_size=256, page_size=128, attention="flash")
     gpus = [DeviceRef.GPU(0), DeviceRef.GPU(1)]
     model = ShardedMoEDecoder(config, gpus)
-    registry = model.state_dict()  # zero weights; also gives every weight its unique FQN name
-    session = InferenceSession(devices=[CPU(), *(Accelerator(i) for i in range(len(gpus)))])
-    session.load(build_sharded_graph(model), weights_registry=registry)
+    model.state_dict()  # gives every weight its unique FQN name
+    build_sharded_graph(model, module)
+
+
+def compile_sm90a_graphs() -> None:
+    """Every specialization's graph and the sharded decoder's, compiled as one module (one
+    compile's fixed cost; nothing runs on virtual devices, so nothing is initialized)."""
+    from max.driver import CPU, Accelerator
+    from max.engine import InferenceSession
+    from max.graph import Module
+
+    from mojo_gemm import kernels_package
+
+    module = Module()
+    build_every_specialization(module)
+    build_sharded_decoder(module)
+    session = InferenceSession(devices=[CPU(), Accelerator(0), Accelerator(1)])
+    session.compile(module, custom_extensions=[kernels_package()])
 
 
 def main() -> None:
@@ -381,20 +393,18 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
-    parser.add_argument("--sharded", action="store_true",
-                        help="only the sharded example decoder's graph (2 virtual devices)")
     args = parser.parse_args()
     driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
-    driver.set_virtual_device_count(2 if args.sharded else 1)
-    builds = ((SHARDED_NAME, compile_sharded_decoder),) if args.sharded else (
-        (ONE_GRAPH_NAME, compile_every_op),
-    ) if args.one_graph else (
-        (SPECIALIZATIONS_NAME, compile_every_specialization),
-    )
-    for name, build in builds:
-        t0 = time.perf_counter()
-        build()
+    driver.set_virtual_device_count(1 if args.one_graph else 2)
+    t0 = time.perf_counter()
+    if args.one_graph:
+        compile_every_op()
+        names = [ONE_GRAPH_NAME]
+    else:
+        compile_sm90a_graphs()
+        names = [SPECIALIZATIONS_NAME, SHARDED_NAME]
+    for name in names:
         print(f"compiled {name} for {args.arch} in {time.perf_counter() - t0:.1f}s", flush=True)
     print("all GPU graphs compiled", flush=True)
     # Skip interpreter teardown: with virtual devices MAX 26.7 sometimes aborts there

@@ -141,15 +141,16 @@ INT4_VARIANTS = tuple((g, zeros) for g in (32, 64, 128, -1) for zeros in (False,
 INT4_TOL = 1e-2
 
 
-def int4_graph(module: GraphModule | None = None) -> Graph:
-    """One `multistage_gemm_q` per INT4_VARIANTS entry, bfloat16, symbolic M (shared) and
-    per-instance symbolic Kp, Np; inputs per instance: x [M, Kp] (already permuted and
-    padded), qweight [Np / 64, 8 Kp], scales [G, Np], zeros [G, Np] (has_zeros), bias [1, Np];
-    built into `module` if given."""
+def int4_graph(module: GraphModule | None = None,
+               variants: tuple[tuple[int, bool], ...] = INT4_VARIANTS) -> Graph:
+    """One `multistage_gemm_q` per `variants` entry (default INT4_VARIANTS), bfloat16,
+    symbolic M (shared) and per-instance symbolic Kp, Np; inputs per instance: x [M, Kp]
+    (already permuted and padded), qweight [Np / 64, 8 Kp], scales [G, Np], zeros [G, Np]
+    (has_zeros), bias [1, Np]; built into `module` if given."""
     dev = DeviceRef.CPU()
     bf16 = DType.bfloat16
     types: list[TensorType] = []
-    for i, (_, zeros) in enumerate(INT4_VARIANTS):
+    for i, (_, zeros) in enumerate(variants):
         types += [TensorType(bf16, ["m", f"kp{i}"], dev),
                   TensorType(DType.uint32, [f"nb{i}", f"kw{i}"], dev),
                   TensorType(bf16, [f"g{i}", f"np{i}"], dev)]
@@ -160,7 +161,7 @@ def int4_graph(module: GraphModule | None = None) -> Graph:
         ensure_kernels_loaded()
         it = (v.tensor for v in g.inputs)
         outs = []
-        for group, zeros in INT4_VARIANTS:
+        for group, zeros in variants:
             x, q, sc = next(it), next(it), next(it)
             z = next(it) if zeros else sc
             bias = next(it)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from max.graph import BufferValue, DeviceRef, Graph, ShardingStrategy, TensorValue, ops
+from max.graph import Module as GraphModule
 from max.nn import Allreduce, Signals
 from max.nn.kv_cache import PagedCacheValues
 
@@ -127,12 +128,13 @@ CACHE_INPUTS = 7
 """Graph inputs per device's cache in `sharded_graph_input_types`."""
 
 
-def build_sharded_graph(model: ShardedMoEDecoder) -> Graph:
-    """The sharded decoder's one graph (symbolic tokens, batch and pages, as `build_graph`)."""
+def build_sharded_graph(model: ShardedMoEDecoder, module: GraphModule | None = None) -> Graph:
+    """The sharded decoder's one graph (symbolic tokens, batch and pages, as `build_graph`),
+    built into `module` (a `max.graph.Module`) if given."""
     devs = model.devices
     n = len(devs)
-    with Graph("moe_decoder_sharded",
-               input_types=sharded_graph_input_types(model.config, devs)) as graph:
+    with Graph("moe_decoder_sharded", input_types=sharded_graph_input_types(model.config, devs),
+               module=module) as graph:
         ins = list(graph.inputs)
         tokens = [ins[2 * i].tensor for i in range(n)]
         offsets = [ins[2 * i + 1].tensor for i in range(n)]
