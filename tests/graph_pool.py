@@ -12,7 +12,7 @@ per-graph cost is small next to the runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -58,6 +58,17 @@ def prefixed_weights(key: str, layer: Layer) -> dict[str, Any]:
     setattr(holder, key, layer)
     holder.state_dict()  # renames the weights
     return {f"{key}.{name}": value for name, value in values.items()}
+
+
+def register_traced(key: str, layer: Callable[[], Layer], input_types: Sequence[Any]) -> None:
+    """Queues `layer()` (weights loaded) traced on `input_types` as the graph `key`, its weights
+    prefixed with `key`."""
+    def build(module: Module) -> Built:
+        traced = layer()
+        weights = prefixed_weights(key, traced)
+        return traced.trace(*input_types, name=key, module=module), weights
+
+    register(key, build)
 
 
 @dataclass

@@ -19,7 +19,6 @@ from max.driver import CPU, Accelerator, Buffer, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, ShardingStrategy, TensorType, TensorValue, ops
-from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 
 from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
@@ -196,13 +195,8 @@ def loaded_layers(device_kind: str) -> tuple[Layers, list[tuple[np.ndarray, np.n
     return model_layers, refs, pair_refs
 
 
-def _pooled(module: GraphModule) -> graph_pool.Built:
-    layers = loaded_layers("cpu")[0]
-    weights = graph_pool.prefixed_weights("int4_linear", layers)
-    return layers.trace(*input_types(DeviceRef.CPU()), name="int4_linear", module=module), weights
-
-
-graph_pool.register("int4_linear", _pooled)
+graph_pool.register_traced("int4_linear", lambda: loaded_layers("cpu")[0],
+                           input_types(DeviceRef.CPU()))
 
 
 @cache

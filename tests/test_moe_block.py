@@ -20,7 +20,6 @@ from max.driver import CPU, Accelerator, Device
 from max.dtype import DType
 from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, ShardingStrategy, TensorType, TensorValue, ops
-from max.graph import Module as GraphModule
 from max.nn import LayerList, Module
 
 from mojo_gemm.core.host import to_buffer, to_numpy
@@ -115,13 +114,8 @@ def input_types(dref: DeviceRef) -> list[TensorType]:
     return [TensorType(c.dtype, [f"t{n}", c.hidden], dref) for n, c in enumerate(CASES)]
 
 
-def _pooled(module: GraphModule) -> graph_pool.Built:
-    blocks = loaded_blocks("cpu")[0]
-    weights = graph_pool.prefixed_weights("moe_blocks", blocks)
-    return blocks.trace(*input_types(DeviceRef.CPU()), name="moe_blocks", module=module), weights
-
-
-graph_pool.register("moe_blocks", _pooled)
+graph_pool.register_traced("moe_blocks", lambda: loaded_blocks("cpu")[0],
+                           input_types(DeviceRef.CPU()))
 
 
 @cache
