@@ -1,13 +1,12 @@
 """Every CPU test graph of a pytest session in ONE compile.
 
 MAX 26.7 pays a large fixed cost per compile (its kernel library and this package's are loaded,
-and the kernels the graphs share are specialized again, for each compile): the suite's dozen CPU
-graphs took about 290 s cold on 2 cores compiled one by one, and 65 s placed in one
-`max.graph.Module` and compiled by one `InferenceSession.compile`. So a test module registers
-its CPU graph here when it is imported (collection, before any test runs), and the first
-`model(key)` call builds every registered graph into one module, compiles it once and
-initializes every graph. GPU graphs are compiled by their tests as before (on a GPU machine the
-per-graph cost is small next to the runs).
+and the kernels the graphs share are specialized again, for each compile), so the suite's CPU
+graphs compiled one by one cost several times what one compile of all of them costs. A test
+module registers its CPU graph here when it is imported (collection, before any test runs),
+and the first `model(key)` call builds every registered graph into one `max.graph.Module`,
+compiles it once and initializes every graph. GPU graphs are compiled by their tests as before
+(on a GPU machine the per-graph cost is small next to the runs).
 """
 
 from __future__ import annotations
@@ -101,24 +100,29 @@ def _pool() -> _Pool:
                  {key: models[name] for key, name in names.items()})
 
 
-def model(key: str, weights: Mapping[str, Any] | None = None) -> Model:
-    """The initialized CPU model of the graph registered as `key` (the first call compiles
-    every registered graph). `weights` (names as the builder gave them) replace the builder's
-    values in a fresh initialization (cheap: the compile is reused)."""
-    if key not in _BUILDERS:
-        raise KeyError(f"graph_pool: no graph registered as {key!r}")
+def _compiled_pool() -> _Pool:
     if _FAILED:
         raise RuntimeError("graph_pool: the pooled CPU compile failed (see the first test that "
                            "asked for a graph)") from _FAILED[0]
     try:
-        pool = _pool()
-        if weights is None:
-            return pool.models[key]
-        unknown = sorted(weights.keys() - pool.weights.keys())
-        if unknown:
-            raise KeyError(f"graph_pool: {key!r} has no weights named {unknown[:5]}")
-        fresh = pool.session.init_all(pool.compiled, weights_registry={**pool.weights, **weights})
-        return fresh[pool.names[key]]
+        return _pool()
     except Exception as err:
         _FAILED.append(err)
         raise
+
+
+def model(key: str, layer: Layer | None = None) -> Model:
+    """The initialized CPU model of the graph registered as `key` (the first call compiles
+    every registered graph). `layer`: a module like the one the builder traced, whose loaded
+    weights replace the builder's in a fresh initialization (cheap: the compile is reused)."""
+    if key not in _BUILDERS:
+        raise KeyError(f"graph_pool: no graph registered as {key!r}")
+    pool = _compiled_pool()
+    if layer is None:
+        return pool.models[key]
+    weights = prefixed_weights(key, layer)
+    unknown = sorted(weights.keys() - pool.weights.keys())
+    if unknown:
+        raise KeyError(f"graph_pool: {key!r} has no weights named {unknown[:5]}")
+    fresh = pool.session.init_all(pool.compiled, weights_registry={**pool.weights, **weights})
+    return fresh[pool.names[key]]

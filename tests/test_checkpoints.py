@@ -451,8 +451,7 @@ def cpu_runs(files: Files) -> CpuRuns:
                                   state_prefix="experts.gate_up.")
     state |= grouped_linear_state(ckpt, MOE, model.experts.down, state_prefix="experts.down.")
     model.load_state_dict(state)
-    compiled = graph_pool.model(
-        POOL_KEY, {f"{POOL_KEY}.{k}": v for k, v in model.state_dict().items()})
+    compiled = graph_pool.model(POOL_KEY, model)
     shape = model.kv.kv_params.shape_per_block
 
     rng = np.random.default_rng(9)

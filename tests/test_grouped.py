@@ -179,7 +179,7 @@ def load_graph(device_kind: str, layer: GroupedLinear) -> Model:
     """`build_graph` compiled for `device_kind` with `layer`'s weights (the CPU graph comes
     from the suite's pool: compiled once, weights bound here)."""
     if device_kind == "cpu":
-        return graph_pool.model(POOL_KEY, graph_pool.prefixed_weights(POOL_KEY, layer))
+        return graph_pool.model(POOL_KEY, layer)
     session = InferenceSession(devices=[CPU(), Accelerator()])
     return session.load(build_graph(DeviceRef.GPU(), layer), weights_registry=layer.state_dict())
 

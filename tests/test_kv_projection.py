@@ -424,12 +424,12 @@ def run_head_shards(device_kind: str) -> None:
     model.load_state_dict({f"full.{k}": v for k, v in model.full.state_from_float(
         rng.standard_normal((n, SHARD_HIDDEN)) * 0.05,
         rng.standard_normal((n, SHARD_HIDDEN)) * 0.05).items()})
-    weights = graph_pool.prefixed_weights(SHARDS_KEY, model)
     if device_kind == "cpu":
-        compiled = graph_pool.model(SHARDS_KEY, weights)
+        compiled = graph_pool.model(SHARDS_KEY, model)
     else:
         session = InferenceSession(devices=[CPU(), dev])
-        compiled = session.load(head_shards_graph(dref, model), weights_registry=weights)
+        compiled = session.load(head_shards_graph(dref, model),
+                                weights_registry=model.state_dict())
     batch = BATCHES["prefill_ragged"]
     offs = np.concatenate([[0], np.cumsum(batch.lengths)]).astype(np.uint32)
     lengths = np.array(batch.cache_lengths, np.uint32)
