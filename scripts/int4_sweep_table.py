@@ -51,6 +51,7 @@ GRANULARITIES: list[tuple[tuple[str, ...], int]] = [
 MMA_VARIANT = {
     # tuned_choice's variant codes per M range (tuning_sm90.tuned_choice docstring)
     "CFG_M8": 0, "CFG_M8_NARROW": 1, "CFG_M16": 0, "CFG_M16_NARROW": 1, "CFG_M16_K8": 2,
+    "CFG_M8_K8": 2,
     "CFG_M32": 1,
 }
 WG_VARIANT = {
@@ -143,6 +144,37 @@ def min_ksteps(rec: dict) -> int:
     return 4 * split * wk
 
 
+K8_CONFIGS = ("CFG_M8_K8", "CFG_M16_K8")
+"""The one-band x 8-K-part configs, whose split the dispatch's rule derives (`choose_split_k`)."""
+K8_MIN_K_PER_WARP = 512
+"""dispatch.K8_MIN_K_PER_WARP."""
+SM90_SMS = 132
+
+
+def cluster_wave_cap(split: int) -> int:
+    """config.cluster_wave_cap(split, 1): CTAs of clusters of `split` that run as one wave."""
+    return {1: SM90_SMS, 2: SM90_SMS, 3: 96, 4: 120, 5: 80, 6: 96}.get(split, 0)
+
+
+def k8_rule_split(bands: int, k: int) -> int:
+    """dispatch.choose_split_k for the 8-K-part configs (one CTA per band and SM)."""
+    s = 1
+    while s < 8 and bands * 2 * s <= cluster_wave_cap(2 * s) and k // (16 * s) >= K8_MIN_K_PER_WARP:
+        s *= 2
+    return s
+
+
+def add_rule_splits(it: Item) -> None:
+    """Candidate (config, 0) = the config at the split the rule derives for this item (a table
+    entry with split 0 leaves the split to `choose_split_k`), where that split was measured."""
+    for cfg in K8_CONFIGS:
+        c = (cfg, k8_rule_split(it.bands, it.k))
+        if c in it.us:
+            it.us[(cfg, 0)] = it.us[c]
+            split1 = {"split": 1, "warp_k": 8, "kernel": "mma", "bm": 8}
+            it.min_ksteps[(cfg, 0)] = min_ksteps(split1)
+
+
 def load(paths: Iterable[Path]) -> list[Item]:
     """Items from sweep JSON lines (other lines, e.g. a captured stdout, are skipped)."""
     items: dict[tuple[str, int, int, int], Item] = {}
@@ -170,6 +202,8 @@ def load(paths: Iterable[Path]) -> list[Item]:
             if ok:
                 it.us[c] = min(rec["us"], it.us.get(c, math.inf))
                 it.min_ksteps[c] = min_ksteps(rec)
+    for it in items.values():
+        add_rule_splits(it)
     return [it for it in items.values() if it.us]
 
 
@@ -311,7 +345,8 @@ def snippet(t: Table, sources: list[str]) -> str:
         feats, per = t.gran[mr]
         conds = [*_bucket_cond(feats, per, lo, hi), f"ksteps >= {e.min_ksteps}"]
         cfg, split = e.cand
-        note = f"  # {cfg} split {split}: {e.score:.3f} x best over {e.items} item(s)"
+        how = "the rule's split" if split == 0 else f"split {split}"
+        note = f"  # {cfg} {how}: {e.score:.3f} x best over {e.items} item(s)"
         if cfg in WG_VARIANT:
             wg[mr].append(f"        if {' and '.join(conds)}:{note}\n"
                           f"            return ({WG_VARIANT[cfg]}, {split})")
@@ -348,8 +383,9 @@ def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
 def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the mma.sync kernels, measured best per M range and bucket of
     derived quantities (as `tuned_wgmma`), or (-1, 0): then the band rule and `choose_split_k`
-    decide. variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the *_NARROW config, 2 = CFG_M16_K8;
-    17..64: 1 = CFG_M32 (at 33..64 this keeps the dispatch on mma.sync)."""
+    decide (as they do for a split of 0). variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the
+    *_NARROW config, 2 = CFG_M8_K8 / CFG_M16_K8; 17..64: 1 = CFG_M32 (at 33..64 this keeps the
+    dispatch on mma.sync)."""
 {body(mma)}
 '''
 

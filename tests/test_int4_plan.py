@@ -70,7 +70,7 @@ LLAMA3 = {
     "70B.down": (8192, 28672),
 }
 MMA = "int4_gemm_mma BMxBNxBK={} WMxWN=16x64 stages={} warp_k={} split_k={{}} pipe=warp smem={}"
-K8 = MMA.format("16x64x64", 4, 8, 155648)
+K8 = MMA.format("16x64x64", 4, 8, 155648).replace("pipe=warp", "pipe=warp dequant_first")
 M16 = MMA.format("16x128x128", 4, 2, 143360)
 M16N = MMA.format("16x64x64", 5, 4, 97280)
 WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} stages={} split_k={{}}{} smem={}"
@@ -84,12 +84,13 @@ WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
     ("layer", "m", "expected"),
     [
         # M = 16: tuned_choice's bands buckets (mojo_kernels/int4_gemm/tuning_sm90.mojo,
-        # generated from the H200 sweep): CFG_M16_K8 for 64-255 bands, CFG_M16 split 1 for
-        # 256-511, the narrow config from 512
+        # generated from the H200 sweep): CFG_M16_K8 for 64-255 bands at the rule's split
+        # (2 where twice the bands still fit one wave and each warp keeps >= 512 of K: 8B.down),
+        # CFG_M16 split 1 for 256-511, the narrow config from 512
         ("8B.qkv", 16, K8.format(1)),
         ("8B.o", 16, K8.format(1)),
         ("8B.gate_up", 16, M16.format(1)),
-        ("8B.down", 16, K8.format(1)),
+        ("8B.down", 16, K8.format(2)),
         ("70B.qkv", 16, K8.format(1)),
         ("70B.o", 16, K8.format(1)),
         ("70B.gate_up", 16, M16N.format(1)),

@@ -179,3 +179,33 @@ def test_dispatch_table_is_the_committed_sweeps_output(tmp_path):
     assert tuning[tuning.index(start):] == generated[generated.index(start):]
     code = "\n".join(line.split("#")[0] for line in re.sub(r'"""[^"]*"""', "", tuning).splitlines())
     assert not re.search(r"\b(n|kp|k|N|K)\s*(==|!=|<|>)", code)
+
+
+def test_k8_rule_split_mirrors_the_dispatch():
+    """dispatch.choose_split_k for the 8-K-part configs: double the split while twice the
+    bands still run as one wave and every warp keeps >= 512 of K."""
+    assert tbl.k8_rule_split(64, 14336) == 2  # 128 CTAs, 896 of K per warp at split 2
+    assert tbl.k8_rule_split(64, 4096) == 1  # split 2 would leave 256 of K per warp
+    assert tbl.k8_rule_split(96, 14336) == 1  # 192 CTAs would be two waves
+    assert tbl.k8_rule_split(30, 65536) == 4  # 120 CTAs in clusters of 4 fit one wave
+
+
+def test_rule_split_is_a_candidate_of_the_table(tmp_path):
+    """(CFG_M16_K8, 0) stands for the split the rule derives per layer, so a bucket whose
+    layers want different splits can take "the rule's split" (a table entry of split 0)."""
+    out = []
+    for model, (bands, k) in zip(MODELS, [(64, 14336), (64, 4096), (70, 14336), (66, 4608),
+                                          (80, 16384)], strict=True):
+        n = bands * 64
+        best = tbl.k8_rule_split(bands, k)
+        for s in (1, 2, 4):
+            us = 10.0 if s == best else 13.0
+            out.append(rec(f"{model}.l0", model, n, k, 16, "CFG_M16_K8", s, us,
+                           bm=16, bk=64, warp_k=8))
+            out.append(rec(f"{model}.l0", model, n, k, 16, "CFG_M16", s, 12.0, bm=16, bk=128,
+                           warp_k=2, is_rule=s == 1))
+    items = tbl.load([write(tmp_path, out)])
+    assert all(it.us[("CFG_M16_K8", 0)] == 10.0 for it in items)
+    t = tbl.select(items)
+    assert {e.cand for e in t.entries.values()} == {("CFG_M16_K8", 0)}
+    assert "return (2, 0)" in tbl.snippet(t, ["int4_sweep.json"])

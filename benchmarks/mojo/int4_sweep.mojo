@@ -17,7 +17,7 @@ Options (each also as --name=value):
     --dry                 no GPU: print the candidate records (no timings) and a run-time estimate
 
 Candidates at each M (config x split_k, both as the dispatch names them):
-    M <= 8      CFG_M8, CFG_M8_NARROW                   x {1, 2, 3, 4, 6, 8}
+    M <= 8      CFG_M8, CFG_M8_NARROW, CFG_M8_K8        x {1, 2, 3, 4, 6, 8}
     9..16       CFG_M16, CFG_M16_NARROW, CFG_M16_K8     x {1, 2, 3, 4, 6, 8}
     17..32      CFG_M32                                  x {1, 2, 3, 4, 6, 8}
     33..64      WG_CFG_64, WG_CFG_64W, WG_CFG_64N       x {1, 2, 3, 4, 6} (cluster split)
@@ -71,11 +71,11 @@ from mojo_kernels.int4_gemm.config import (
     wgmma_scale_rows, wgmma_smem_budget, wgmma_smem_usage,
 )
 from mojo_kernels.int4_gemm.dispatch import (
-    NARROW_BANDS, choose_split_k, int4_gemm_gpu, int4_gemm_gpu_config, launch_int4_gemm_mma,
+    small_m_rule, choose_split_k, int4_gemm_gpu, int4_gemm_gpu_config, launch_int4_gemm_mma,
     tile_config_for, wgmma_plan, wgmma_tile_rule,
 )
 from mojo_kernels.int4_gemm.tuning_sm90 import (
-    CFG_LARGE, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_K8, CFG_M16_NARROW, CFG_M32, CFG_M64,
+    CFG_LARGE, CFG_M8, CFG_M8_K8, CFG_M8_NARROW, CFG_M16, CFG_M16_K8, CFG_M16_NARROW, CFG_M32, CFG_M64,
     WG_CFG_64, WG_CFG_64N, WG_CFG_64W, WG_CFG_128, WG_CFG_128K,
     WG_VAR_64, WG_VAR_64N, WG_VAR_64W, WG_VAR_128, WG_VAR_128K, WGMMA_MIN_M, tuned_choice,
 )
@@ -101,8 +101,8 @@ comptime EST_FLOPS_PER_US = 4.0e8
 
 # ---- the candidate configs, by index (names as in tuning_sm90.mojo) ---------------------------
 
-comptime NUM_CFG = 13
-comptime FIRST_WG = 8
+comptime NUM_CFG = 14
+comptime FIRST_WG = 9
 """Indices < FIRST_WG: mma.sync configs (`launch_int4_gemm_mma`); the rest: wgmma configs."""
 
 
@@ -111,7 +111,7 @@ def cfg_name(i: Int) -> String:
         return String("unknown")
     var names: List[String] = [
         "CFG_M8", "CFG_M8_NARROW", "CFG_M16", "CFG_M16_NARROW", "CFG_M16_K8", "CFG_M32", "CFG_M64",
-        "CFG_LARGE", "WG_CFG_64", "WG_CFG_64W", "WG_CFG_64N", "WG_CFG_128", "WG_CFG_128K",
+        "CFG_LARGE", "CFG_M8_K8", "WG_CFG_64", "WG_CFG_64W", "WG_CFG_64N", "WG_CFG_128", "WG_CFG_128K",
     ]
     return names[i]
 
@@ -131,17 +131,19 @@ def mma_cfg(i: Int) -> Int4GemmConfig:
         return CFG_M32
     if i == 6:
         return CFG_M64
-    return CFG_LARGE
+    if i == 7:
+        return CFG_LARGE
+    return CFG_M8_K8
 
 
 def wg_cfg(i: Int) -> Int4WgmmaConfig:
-    if i == 8:
-        return WG_CFG_64
     if i == 9:
-        return WG_CFG_64W
+        return WG_CFG_64
     if i == 10:
-        return WG_CFG_64N
+        return WG_CFG_64W
     if i == 11:
+        return WG_CFG_64N
+    if i == 12:
         return WG_CFG_128
     return WG_CFG_128K
 
@@ -149,15 +151,15 @@ def wg_cfg(i: Int) -> Int4WgmmaConfig:
 def wg_index(v: Int) -> Int:
     """Config index of a wgmma variant code (WG_VAR_*)."""
     if v == WG_VAR_64:
-        return 8
-    if v == WG_VAR_64W:
         return 9
-    if v == WG_VAR_64N:
+    if v == WG_VAR_64W:
         return 10
-    if v == WG_VAR_128:
+    if v == WG_VAR_64N:
         return 11
-    if v == WG_VAR_128K:
+    if v == WG_VAR_128:
         return 12
+    if v == WG_VAR_128K:
+        return 13
     return -1
 
 
@@ -166,7 +168,7 @@ def mma_index(c: Int4GemmConfig) -> Int:
     for j in range(FIRST_WG):
         var d = mma_cfg(j)
         if (d.bm == c.bm and d.bn == c.bn and d.bk == c.bk and d.wm == c.wm and d.stages == c.stages
-                and d.warp_k == c.warp_k and d.pipeline == c.pipeline):
+                and d.warp_k == c.warp_k and d.pipeline == c.pipeline and d.dequant_first == c.dequant_first):
             return j
     return -1
 
@@ -200,12 +202,12 @@ def rule_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     if m >= WGMMA_MIN_M:
         var r = wgmma_tile_rule(m, n, kp)
         return (wg_index(r[0]), r[1])
-    var narrow = ceildiv(n, 64) <= NARROW_BANDS
     var ci = 5
+    var v = small_m_rule(n, kp)
     if m <= 8:
-        ci = 1 if narrow else 0
+        ci = 8 if v == 2 else (1 if v == 1 else 0)
     elif m <= 16:
-        ci = 3 if narrow else 2
+        ci = 4 if v == 2 else (3 if v == 1 else 2)
     return (ci, choose_split_k(mma_cfg(ci), m, n, kp))
 
 
@@ -231,16 +233,16 @@ def candidates(m: Int, kp: Int, mut cis: List[Int], mut sps: List[Int]):
     var mcfg = List[Int]()
     var wcfg = List[Int]()
     if m <= 8:
-        mcfg = [0, 1]
+        mcfg = [0, 1, 8]
     elif m <= 16:
         mcfg = [2, 3, 4]
     elif m <= 32:
         mcfg = [5]
     elif m <= 64:
-        wcfg = [8, 9, 10]
+        wcfg = [9, 10, 11]
         mcfg = [5]
     else:
-        wcfg = [11, 12, 8]
+        wcfg = [12, 13, 9]
     for wi in range(len(wcfg)):
         for sp in [1, 2, 3, 4, 6]:
             if valid_split(wcfg[wi], sp, kp):

@@ -66,6 +66,8 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
     warp_k: warp-k partitions per CTA (power of two, divides bk / 16).
     split_k: CTAs per cluster along K (1..8); chosen at run time by the dispatch.
     pipeline: PIPE_CTA or PIPE_WARP (then bm == wm <= 16).
+    dequant_first: PIPE_WARP only: dequantize (q - z) * s in dtype x2 before the MMA (one
+        accumulator set, no Σx MMA, fewer registers) instead of scaling the group sums after it.
     """
 
     var bm: Int
@@ -77,10 +79,11 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
     var warp_k: Int
     var split_k: Int
     var pipeline: Int
+    var dequant_first: Bool
 
     def __init__(
         out self, *, bm: Int, bn: Int, bk: Int, wm: Int, wn: Int, stages: Int, warp_k: Int,
-        split_k: Int, pipeline: Int = PIPE_CTA,
+        split_k: Int, pipeline: Int = PIPE_CTA, dequant_first: Bool = False,
     ):
         self.bm = bm
         self.bn = bn
@@ -91,6 +94,7 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
         self.warp_k = warp_k
         self.split_k = split_k
         self.pipeline = pipeline
+        self.dequant_first = dequant_first
 
     def num_threads(self) -> Int:
         """32 x (bm / wm) x (bn / wn) x warp_k."""
@@ -120,6 +124,8 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
         if self.bk != 32 and self.bk != 64 and self.bk != 128:
             return False
         var ktiles = self.bk // 16
+        if self.dequant_first and self.pipeline != PIPE_WARP:
+            return False
         if self.pipeline == PIPE_WARP:
             if self.bm != self.wm or self.wm > 16 or self.warp_k < 1 or self.warp_k > 8:
                 return False
@@ -135,6 +141,7 @@ struct Int4GemmConfig(ImplicitlyCopyable, Movable, Writable):
             " WMxWN=", self.wm, "x", self.wn,
             " stages=", self.stages, " warp_k=", self.warp_k, " split_k=", self.split_k,
             " pipe=", "warp" if self.pipeline == PIPE_WARP else "cta",
+            " dequant_first" if self.dequant_first else "",
         )
 
 

@@ -12,6 +12,8 @@ describes the launch it would make, for benchmark records.
 from max.gpu.host import DeviceContext, FuncAttribute, Dim
 from std.math import ceildiv
 
+from ..common.target import SM90_SMS
+
 from .config import (
     Int4GemmConfig,
     Int4WgmmaConfig,
@@ -34,6 +36,7 @@ from .tuning_sm90 import (
     CFG_M8_NARROW,
     CFG_M16,
     CFG_M16_K8,
+    CFG_M8_K8,
     CFG_M16_NARROW,
     CFG_M32,
     CFG_M64,
@@ -55,7 +58,30 @@ from .tuning_sm90 import (
 )
 
 comptime NARROW_BANDS = 64
-"""Up to this many bands, small M uses the one-band-per-CTA configs."""
+"""Up to this many bands, small M uses the one-band-per-CTA *_NARROW configs (4 K parts, two
+or more CTAs per SM, split K until about 96 CTAs)."""
+comptime K8_MIN_K_PER_WARP = 512
+"""The 8-K-part configs split K over a cluster only while every warp keeps at least this much
+K: below it, ring fill and reductions cost more than the extra CTAs stream."""
+
+
+def small_m_rule(n: Int, kp: Int) -> Int:
+    """The mma.sync variant (`tuned_choice`'s codes) for M <= 16 without a measured exception,
+    by how many SMs the layer's 64-column bands cover: 2 (CFG_M8_K8 / CFG_M16_K8, one band x 8
+    K parts per CTA, one CTA per SM) from half the SMs to all of them, where each of the 8
+    warps gets at least one 128-element unit of K; 1 (the *_NARROW configs) for fewer bands,
+    which need more CTAs than bands; 0 (CFG_M8 / CFG_M16, two bands per CTA, two CTAs per SM)
+    for wide layers, whose one-band CTAs would run in several waves."""
+    var bands = ceildiv(n, 64)
+    if 2 * bands >= SM90_SMS and bands <= SM90_SMS and kp >= 8 * 128:
+        return 2
+    return 1 if bands <= NARROW_BANDS else 0
+
+
+def small_m_variant(m: Int, n: Int, kp: Int) -> Int:
+    """The variant used for M <= 16: the measured exception (`tuned_choice`), else the rule."""
+    var t = tuned_choice(m, n, kp)
+    return t[0] if t[0] >= 0 else small_m_rule(n, kp)
 
 
 def wgmma_plan(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
@@ -198,13 +224,11 @@ def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
 def tile_config_for(m: Int, n: Int, kp: Int) -> Int4GemmConfig:
     """The (unresolved) tile config used for `m` tokens, `n` output columns, `kp` inputs."""
     var t = tuned_choice(m, n, kp)
-    var narrow = t[0] == 1 if t[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
-    if m <= 8:
-        return CFG_M8_NARROW if narrow else CFG_M8
     if m <= 16:
-        if t[0] == 2:
-            return CFG_M16_K8
-        return CFG_M16_NARROW if narrow else CFG_M16
+        var v = small_m_variant(m, n, kp)
+        if m <= 8:
+            return CFG_M8_K8 if v == 2 else (CFG_M8_NARROW if v == 1 else CFG_M8)
+        return CFG_M16_K8 if v == 2 else (CFG_M16_NARROW if v == 1 else CFG_M16)
     if m <= 32 or (m <= 64 and t[0] == 1):
         return CFG_M32
     if m <= 64:
@@ -218,11 +242,18 @@ def choose_split_k(cfg: Int4GemmConfig, m: Int, n: Int, kp: Int) -> Int:
     A CTA has a fixed cost (cluster launch, pipeline fill, reductions),
     so fewer, longer CTAs win as long as every SM gets about one; a second partial wave costs
     far more than it saves, and clusters of 8 pack badly into the GPCs. So:
-    PIPE_WARP (2 CTAs/SM): the smallest power of two giving >= 96 CTAs (<= 8);
+    PIPE_WARP with 8 warp-k parts (one CTA per SM): the largest power of two whose grid still
+    fits one CTA per SM, each warp keeping >= K8_MIN_K_PER_WARP of K;
+    other PIPE_WARP (2 CTAs/SM): the smallest power of two giving >= 96 CTAs (<= 8);
     PIPE_CTA (1 CTA/SM): the largest of 1, 2, 3, 4, 6 keeping the grid <= 100 CTAs.
     Either way each CTA keeps at least 4 stages of K."""
     var ctas = ceildiv(ceildiv(n, 64), cfg.bn // 64) * ceildiv(m, cfg.bm)
     var stages_total = kp // cfg.bk
+    if cfg.pipeline == PIPE_WARP and cfg.warp_k == 8:
+        var s = 1
+        while s < 8 and ctas * 2 * s <= cluster_wave_cap(2 * s, 1) and kp // (8 * 2 * s) >= K8_MIN_K_PER_WARP:
+            s *= 2
+        return s
     if cfg.pipeline == PIPE_WARP:
         var s = 1
         while s < 8 and ctas * s < 96 and stages_total // (2 * s) >= 4:
@@ -395,7 +426,7 @@ def int4_gemm_gpu_mma[
     if m == 0:
         return  # an empty batch: nothing to write, and a zero grid must not be launched
     var tuned = tuned_choice(m, n, kp)
-    var narrow = tuned[0] == 1 if tuned[0] >= 0 else ceildiv(n, 64) <= NARROW_BANDS
+    var small = small_m_variant(m, n, kp) if m <= 16 else -1
 
     @always_inline
     @__parameter
@@ -409,14 +440,16 @@ def int4_gemm_gpu_mma[
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
 
     if m <= 8:
-        if narrow:
+        if small == 2:
+            go[CFG_M8_K8]()
+        elif small == 1:
             go[CFG_M8_NARROW]()
         else:
             go[CFG_M8]()
     elif m <= 16:
-        if tuned[0] == 2:
+        if small == 2:
             go[CFG_M16_K8]()
-        elif narrow:
+        elif small == 1:
             go[CFG_M16_NARROW]()
         else:
             go[CFG_M16]()

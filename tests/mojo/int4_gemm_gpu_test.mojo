@@ -37,7 +37,7 @@ from std.utils.index import IndexList
 from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
-    CFG_M16_K8, CFG_M32, CFG_M64, CFG_LARGE,
+    CFG_M16_K8, CFG_M8_K8, CFG_M32, CFG_M64, CFG_LARGE,
 )
 from int4_gemm_ref import (
     F32, fill_uniform, fill_u32, fill_codes, fill_nan, run_reference, compare_rows, CheckResult,
@@ -157,6 +157,7 @@ def mma_warp_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bo
         if m <= 8:
             one[CFG_M8](splits[i])
             one[CFG_M8_NARROW](splits[i])
+            one[CFG_M8_K8](splits[i])
         one[CFG_M16](splits[i])
         one[CFG_M16_NARROW](splits[i])
         one[CFG_M16_K8](splits[i])
@@ -196,6 +197,7 @@ def forced_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool
     if m <= 8:
         ampere[CFG_M8]()
         ampere[CFG_M8_NARROW]()
+        ampere[CFG_M8_K8]()
     if m <= 16:
         ampere[CFG_M16]()
         ampere[CFG_M16_NARROW]()

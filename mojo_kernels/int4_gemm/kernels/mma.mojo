@@ -498,7 +498,8 @@ def int4_gemv_kernel[
     copies its 16 bytes of every packed tile and of the group's scales / zeros (data only it
     reads) and a share of the chunk's activation rows (16-byte pieces, read by the whole
     warp after a __syncwarp). So warps never wait for each other until the epilogue. Scale
-    and zero point are applied per group after the MMA (Σx via an all-ones MMA).
+    and zero point are applied per group after the MMA (Σx via an all-ones MMA), or, with
+    cfg.dequant_first, to the weights before it (bf16x2 / f16x2, as the larger-M kernels do).
     """
     comptime MT = cfg.wm // 8
     comptime NB = cfg.bn // 64
@@ -653,6 +654,34 @@ def int4_gemv_kernel[
         async_copy_wait_group(Int32(S - 2))  # this lane's copies of chunk c have landed
         syncwarp()  # ... and every lane's (activation rows are shared by the warp)
         var st = ring.unsafe_offset((c % S) * STAGE)
+        comptime if cfg.dequant_first:
+            # ((magic + q) - (magic + z)) * s in dtype x2 before the MMA: one accumulator set,
+            # no Σx MMA, no per-group rescale (fewer registers for the 16-token tiles)
+            comptime for j in range(U):
+                var sv = s_pc
+                var zv = z_pc
+                comptime if not PER_CHANNEL:
+                    comptime gi = j // GT if GS > 1 else 0
+                    var sd = st.unsafe_offset(LW + LX + (gi * 32 + lane) * 16).unsafe_bitcast[Scalar[dtype]]()
+                    sv = sd.unsafe_load[width=8, alignment=16]()
+                    comptime if has_zeros:
+                        zv = sd.unsafe_offset(LS // 2).unsafe_load[width=8, alignment=16]() + magic.cast[dtype]()
+                var wv = st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32]().unsafe_load[width=4, alignment=16]()
+                var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
+                comptime for tm in range(MT):
+                    var xe = st.unsafe_offset(LW + ((tm * 8 + lane_row) * XRS + j * 16 + 2 * lane_col) * 2).unsafe_bitcast[UInt32]()
+                    bfr[tm] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xe[unsafe_offset=0], xe[unsafe_offset=4]))
+                comptime for w in range(4):
+                    var a = _a_fragment[dtype, True, True](
+                        wv[w], SIMD[dtype, 2](zv[2 * w]), SIMD[dtype, 2](zv[2 * w + 1]),
+                        SIMD[dtype, 2](sv[2 * w]), SIMD[dtype, 2](sv[2 * w + 1]))
+                    comptime for tm in range(MT):
+                        comptime q = w * MT + tm
+                        mma(acc[q], a, bfr[tm], acc[q])
+            if c + S - 1 < nchunks:
+                issue(c + S - 1)
+            async_copy_commit_group()
+            continue
         comptime for j in range(U):
             var wv = st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32]().unsafe_load[width=4, alignment=16]()
             var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
@@ -686,7 +715,7 @@ def int4_gemv_kernel[
             issue(c + S - 1)
         async_copy_commit_group()
 
-    comptime if PER_CHANNEL:
+    comptime if PER_CHANNEL and not cfg.dequant_first:
         rescale(s_pc, z_pc)
 
     async_copy_wait_group(Int32(0))
