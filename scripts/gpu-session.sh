@@ -105,9 +105,10 @@ for part in "$@"; do
         > "$work/int4_test.log" 2>&1; echo "rc=$?" >> "$work/int4_test.log"
       echo "PASS lines: $(grep -c PASS "$work/int4_test.log"), FAIL lines: $(grep -c FAIL "$work/int4_test.log")"
       grep -hE "int4_gemm_gpu_test:|FAIL|rc=" "$work/int4_test.log" | tail -5 ;;
-    int4-sweep)  # carry .gpu-bin (scripts/build-gpu-bin -o int4_sweep benchmarks/mojo/int4_sweep.mojo)
+    int4-sweep)  # carry .gpu-bin (scripts/build-gpu-bin -o int4_sweep benchmarks/mojo/int4_sweep.mojo);
+      # SWEEP_M=1,16 sweeps only those M values (the sweep's --m)
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout $((${SWEEP_BUDGET_S:-300} + 120)) .gpu-bin/int4_sweep \
-        --budget-s "${SWEEP_BUDGET_S:-300}" > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
+        --budget-s "${SWEEP_BUDGET_S:-300}" ${SWEEP_M:+--m "$SWEEP_M"} > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
       echo "rc=$?" >> "$work/int4_sweep.err"; tail -3 "$work/int4_sweep.err"; wc -l "$work/int4_sweep.json" ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
