@@ -171,8 +171,7 @@ def add_rule_splits(it: Item) -> None:
         c = (cfg, k8_rule_split(it.bands, it.k))
         if c in it.us:
             it.us[(cfg, 0)] = it.us[c]
-            split1 = {"split": 1, "warp_k": 8, "kernel": "mma", "bm": 8}
-            it.min_ksteps[(cfg, 0)] = min_ksteps(split1)
+            it.min_ksteps[(cfg, 0)] = 2 * 8  # as `min_ksteps` at split 1: 128 of K per warp
 
 
 def load(paths: Iterable[Path]) -> list[Item]:

@@ -612,6 +612,18 @@ def int4_gemv_kernel[
         issue_weights(c)
         issue_activations(c)
 
+    @always_inline
+    @__parameter
+    def b_fragments[j: Int](
+        st: Pointer[UInt8, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
+    ) -> Array[SIMD[dtype, 4], MT]:
+        """The B fragments (activations) of k-tile j of the chunk at `st`, per token tile."""
+        var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
+        comptime for tm in range(MT):
+            var xe = st.unsafe_offset(LW + ((tm * 8 + lane_row) * XRS + j * 16 + 2 * lane_col) * 2).unsafe_bitcast[UInt32]()
+            bfr[tm] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xe[unsafe_offset=0], xe[unsafe_offset=4]))
+        return bfr^
+
     var acc = Array[SIMD[F32, 4], NQ](fill=SIMD[F32, 4](0))
     var accg = Array[SIMD[F32, 4], NQ](fill=SIMD[F32, 4](0))
     var xsg = Array[SIMD[F32, 4], MT](fill=SIMD[F32, 4](0))
@@ -667,10 +679,7 @@ def int4_gemv_kernel[
                     comptime if has_zeros:
                         zv = sd.unsafe_offset(LS // 2).unsafe_load[width=8, alignment=16]() + magic.cast[dtype]()
                 var wv = st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32]().unsafe_load[width=4, alignment=16]()
-                var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
-                comptime for tm in range(MT):
-                    var xe = st.unsafe_offset(LW + ((tm * 8 + lane_row) * XRS + j * 16 + 2 * lane_col) * 2).unsafe_bitcast[UInt32]()
-                    bfr[tm] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xe[unsafe_offset=0], xe[unsafe_offset=4]))
+                var bfr = b_fragments[j](st)
                 comptime for w in range(4):
                     var a = _a_fragment[dtype, True, True](
                         wv[w], SIMD[dtype, 2](zv[2 * w]), SIMD[dtype, 2](zv[2 * w + 1]),
@@ -678,37 +687,32 @@ def int4_gemv_kernel[
                     comptime for tm in range(MT):
                         comptime q = w * MT + tm
                         mma(acc[q], a, bfr[tm], acc[q])
-            if c + S - 1 < nchunks:
-                issue(c + S - 1)
-            async_copy_commit_group()
-            continue
-        comptime for j in range(U):
-            var wv = st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32]().unsafe_load[width=4, alignment=16]()
-            var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
-            comptime for tm in range(MT):
-                var xe = st.unsafe_offset(LW + ((tm * 8 + lane_row) * XRS + j * 16 + 2 * lane_col) * 2).unsafe_bitcast[UInt32]()
-                bfr[tm] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xe[unsafe_offset=0], xe[unsafe_offset=4]))
-                mma(xsg[tm], ones, bfr[tm], xsg[tm])
-            comptime for w in range(4):
-                var a = _a_fragment[dtype, False, False](wv[w], SIMD[dtype, 2](0), SIMD[dtype, 2](0), SIMD[dtype, 2](0), SIMD[dtype, 2](0))
+        else:
+            comptime for j in range(U):
+                var wv = st.unsafe_offset((j * 32 + lane) * 16).unsafe_bitcast[UInt32]().unsafe_load[width=4, alignment=16]()
+                var bfr = b_fragments[j](st)
                 comptime for tm in range(MT):
-                    comptime q = w * MT + tm
-                    mma(accg[q], a, bfr[tm], accg[q])
-            comptime if GS > 1:
-                comptime if (j + 1) % GT == 0:
-                    # several groups per chunk: rescale at each group's last tile
-                    var sd = st.unsafe_offset(LW + LX + ((j // GT) * 32 + lane) * 16).unsafe_bitcast[Scalar[dtype]]()
+                    mma(xsg[tm], ones, bfr[tm], xsg[tm])
+                comptime for w in range(4):
+                    var a = _a_fragment[dtype, False, False](wv[w], SIMD[dtype, 2](0), SIMD[dtype, 2](0), SIMD[dtype, 2](0), SIMD[dtype, 2](0))
+                    comptime for tm in range(MT):
+                        comptime q = w * MT + tm
+                        mma(accg[q], a, bfr[tm], accg[q])
+                comptime if GS > 1:
+                    comptime if (j + 1) % GT == 0:
+                        # several groups per chunk: rescale at each group's last tile
+                        var sd = st.unsafe_offset(LW + LX + ((j // GT) * 32 + lane) * 16).unsafe_bitcast[Scalar[dtype]]()
+                        var zv = z_pc
+                        comptime if has_zeros:
+                            zv = sd.unsafe_offset(LS // 2).unsafe_load[width=8, alignment=16]() + magic.cast[dtype]()
+                        rescale(sd.unsafe_load[width=8, alignment=16](), zv)
+            comptime if GS == 1:
+                if (t_begin + (c + 1) * U) % GT == 0:  # this chunk ends a group
+                    var sd = st.unsafe_offset(LW + LX + lane * 16).unsafe_bitcast[Scalar[dtype]]()
                     var zv = z_pc
                     comptime if has_zeros:
                         zv = sd.unsafe_offset(LS // 2).unsafe_load[width=8, alignment=16]() + magic.cast[dtype]()
                     rescale(sd.unsafe_load[width=8, alignment=16](), zv)
-        comptime if GS == 1:
-            if (t_begin + (c + 1) * U) % GT == 0:  # this chunk ends a group
-                var sd = st.unsafe_offset(LW + LX + lane * 16).unsafe_bitcast[Scalar[dtype]]()
-                var zv = z_pc
-                comptime if has_zeros:
-                    zv = sd.unsafe_offset(LS // 2).unsafe_load[width=8, alignment=16]() + magic.cast[dtype]()
-                rescale(sd.unsafe_load[width=8, alignment=16](), zv)
         # refill the slot read in the previous iteration (every lane has passed this
         # iteration's syncwarp, so all reads of that slot are done)
         if c + S - 1 < nchunks:
