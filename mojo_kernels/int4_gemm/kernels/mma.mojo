@@ -44,6 +44,7 @@ from max.gpu.memory import (
 from max.gpu.compute.mma import mma
 from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from std.memory import bitcast
+from std.sys import inlined_assembly, _RegisterPackType
 from std.math import ceildiv
 
 from ...common.pdl import launch_dependent_grids, wait_on_dependent_grids
@@ -52,6 +53,20 @@ from ..config import Int4GemmConfig, scale_rows_per_stage
 comptime F32 = DType.float32
 comptime WORDS_PER_TILE = 128
 """uint32 words in one packed 16(K) x 64(N) tile."""
+
+
+@always_inline
+def _ldmatrix_x4(addr: UInt32) -> SIMD[DType.uint32, 4]:
+    """ldmatrix.x4 (four 8 x 8 b16 matrices; lane 8i + r gives row r's 16-byte address of matrix
+    i, shared-state space): register i holds, per lane l, matrix i's row l / 4, columns
+    2(l % 4) and 2(l % 4) + 1 -- an mma B fragment half when the rows are tokens."""
+    var r = inlined_assembly[
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];",
+        _RegisterPackType[UInt32, UInt32, UInt32, UInt32],
+        constraints="=r,=r,=r,=r,r,~{memory}",
+        has_side_effect=True,
+    ](addr)
+    return SIMD[DType.uint32, 4](r[0], r[1], r[2], r[3])
 
 
 @always_inline
@@ -612,6 +627,15 @@ def int4_gemv_kernel[
         issue_weights(c)
         issue_activations(c)
 
+    # B fragments by ldmatrix.x4 (lane 8i + r addresses row r of matrix i): two token tiles,
+    # matrix i = (token tile i / 2, k half i % 2) of tile j; one token tile, matrix i = k half
+    # i % 2 of tile j + i / 2 (tiles j, j + 1 at even j, kept for the odd one)
+    comptime assert MT != 1 or U % 2 == 0, "the one-token-tile ldmatrix covers k-tile pairs"
+    var ldm_off = LW + ((((lane // 16) * 8) + lane % 8) * XRS + ((lane // 8) % 2) * 8) * 2
+    comptime if MT == 1:
+        ldm_off = LW + ((lane % 8) * XRS + (lane // 8) * 8) * 2
+    var xpair = SIMD[DType.uint32, 4](0)
+
     @always_inline
     @__parameter
     def b_fragments[j: Int](
@@ -619,9 +643,16 @@ def int4_gemv_kernel[
     ) -> Array[SIMD[dtype, 4], MT]:
         """The B fragments (activations) of k-tile j of the chunk at `st`, per token tile."""
         var bfr = Array[SIMD[dtype, 4], MT](uninitialized=True)
-        comptime for tm in range(MT):
-            var xe = st.unsafe_offset(LW + ((tm * 8 + lane_row) * XRS + j * 16 + 2 * lane_col) * 2).unsafe_bitcast[UInt32]()
-            bfr[tm] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xe[unsafe_offset=0], xe[unsafe_offset=4]))
+        comptime if MT == 2:
+            var r = _ldmatrix_x4(UInt32(Int(st.unsafe_offset(ldm_off + j * 32))))
+            bfr[0] = bitcast[dtype, 4](SIMD[DType.uint32, 2](r[0], r[1]))
+            bfr[1] = bitcast[dtype, 4](SIMD[DType.uint32, 2](r[2], r[3]))
+        else:
+            comptime if j % 2 == 0:
+                xpair = _ldmatrix_x4(UInt32(Int(st.unsafe_offset(ldm_off + j * 32))))
+                bfr[0] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xpair[0], xpair[1]))
+            else:
+                bfr[0] = bitcast[dtype, 4](SIMD[DType.uint32, 2](xpair[2], xpair[3]))
         return bfr^
 
     var acc = Array[SIMD[F32, 4], NQ](fill=SIMD[F32, 4](0))
