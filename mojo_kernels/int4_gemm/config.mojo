@@ -162,12 +162,14 @@ def warp_stage_bytes(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool) -> I
 
 def smem_usage(cfg: Int4GemmConfig, group_size: Int, has_zeros: Bool, clusters: Bool = True) -> Int:
     """Dynamic shared memory (bytes) the kernel needs for `cfg` (formula in the module doc;
-    PIPE_WARP: warps x stages x warp_stage_bytes for the ring). Without clusters (split_k is
-    1) the reduction buffer holds only the warp-k partitions beyond the first."""
+    PIPE_WARP: warps x stages x warp_stage_bytes for the ring, or every warp-k partition's
+    tile for the reduction if larger). Without clusters (split_k is 1) the PIPE_CTA reduction
+    buffer holds only the warp-k partitions beyond the first."""
     var red = (max(cfg.warp_k - 1, 1) if clusters else cfg.warp_k - 1) * cfg.bm * cfg.bn * 4
     if cfg.pipeline == PIPE_WARP:
+        # the decode kernel's reduction writes every partition (kernels/mma._reduce_spread_and_store)
         var warps = (cfg.bn // 64) * cfg.warp_k
-        return max(warps * cfg.stages * warp_stage_bytes(cfg, group_size, has_zeros), red)
+        return max(warps * cfg.stages * warp_stage_bytes(cfg, group_size, has_zeros), cfg.warp_k * cfg.bm * cfg.bn * 4)
     var w_stage = (cfg.bn // 64) * (cfg.bk // 16) * 512
     var x_stage = cfg.bm * (cfg.bk + 8) * 2
     var s_stage = scale_rows_per_stage(cfg.bk, group_size) * cfg.bn * 2 * (2 if has_zeros else 1)

@@ -418,6 +418,96 @@ def _reduce_cluster[NQ: Int, WSTRIDE: Int, QSTRIDE: Int](
 
 
 @always_inline
+def _store_quad[dtype: DType, has_bias: Bool, MT: Int, q: Int](
+    v_in: SIMD[F32, 4],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    lane: Int, n0: Int, tok0: Int, m: Int, n: Int,
+):
+    """+ bias, cast, masked stores of accumulator quad q = w * MT + tm: the m16n8 fragment of
+    columns n0 + 16w + l/4 (+8) and tokens tok0 + 8tm + 2(l%4) (+1)."""
+    comptime w = q // MT
+    comptime tm = q % MT
+    var v = v_in
+    var n_lo = n0 + 16 * w + lane // 4
+    var n_hi = n_lo + 8
+    var tok = tok0 + tm * 8 + 2 * (lane % 4)
+    comptime if has_bias:
+        if n_lo < n:
+            var bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
+            v[0] += bl
+            v[1] += bl
+        if n_hi < n:
+            var bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
+            v[2] += bh
+            v[3] += bh
+    if tok < m:
+        if n_lo < n:
+            c_ptr[unsafe_offset=tok * n + n_lo] = v[0].cast[dtype]()
+        if n_hi < n:
+            c_ptr[unsafe_offset=tok * n + n_hi] = v[2].cast[dtype]()
+    if tok + 1 < m:
+        if n_lo < n:
+            c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = v[1].cast[dtype]()
+        if n_hi < n:
+            c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = v[3].cast[dtype]()
+
+
+@always_inline
+def _reduce_spread_and_store[
+    dtype: DType, has_bias: Bool, MT: Int, KW: Int, WARPS_MN: Int, clusters: Bool
+](
+    mut acc: Array[SIMD[F32, 4], 4 * MT],
+    red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    kpart: Int, wmn: Int, lane: Int, nsplit: Int, ks: Int, n0: Int, tok0: Int, m: Int, n: Int,
+):
+    """`_reduce_and_store` with the work spread over the warp-k partitions (the decode kernel,
+    whose 8-partition configs would otherwise leave one warp summing 7 partials of every quad
+    while 7 wait): every partition writes its quads to shared memory, warp `kpart` sums the
+    quads q with q % KW == kpart over the partitions (into partition 0's slot), then, over
+    the split-K cluster, CTA `ks` sums the quads with q % nsplit == ks through distributed
+    shared memory, and each quad's owner stores it. Layout: [partition][warp][quad][lane][4]
+    f32, KW * WARPS_MN * 4MT * 512 bytes (config.smem_usage counts every partition).
+    Every thread of the CTA must call this (it contains barriers and cluster barriers)."""
+    comptime NQ = 4 * MT
+    comptime QSTRIDE = 32 * 4
+    comptime PSTRIDE = WARPS_MN * NQ * QSTRIDE
+    var base = wmn * NQ * QSTRIDE + lane * 4
+    comptime if KW > 1:
+        comptime for q in range(NQ):
+            red_s.unsafe_offset(kpart * PSTRIDE + base + q * QSTRIDE).unsafe_store[alignment=16](acc[q])
+        barrier()
+        comptime for q in range(NQ):
+            if q % KW == kpart:
+                var tot = red_s.unsafe_offset(base + q * QSTRIDE).unsafe_load[width=4, alignment=16]()
+                comptime for p in range(1, KW):
+                    tot += red_s.unsafe_offset(p * PSTRIDE + base + q * QSTRIDE).unsafe_load[width=4, alignment=16]()
+                acc[q] = tot
+    comptime if clusters:
+        if nsplit > 1:
+            comptime if KW == 1:
+                comptime for q in range(NQ):
+                    red_s.unsafe_offset(base + q * QSTRIDE).unsafe_store[alignment=16](acc[q])
+            else:
+                comptime for q in range(NQ):
+                    if q % KW == kpart:
+                        red_s.unsafe_offset(base + q * QSTRIDE).unsafe_store[alignment=16](acc[q])
+            cluster_sync()
+            comptime for q in range(NQ):
+                if q % KW == kpart and q % nsplit == ks:
+                    var total = SIMD[F32, 4](0)
+                    for r in range(nsplit):
+                        total += load_cluster_smem[F32, 4](red_s.unsafe_offset(base + q * QSTRIDE), UInt32(r))
+                    acc[q] = total
+            cluster_sync()  # peers' shared memory must outlive every remote read
+    comptime for q in range(NQ):
+        if q % KW == kpart and (nsplit == 1 or q % nsplit == ks):
+            _store_quad[dtype, has_bias, MT, q](acc[q], c_ptr, b_ptr, lane, n0, tok0, m, n)
+
+
+@always_inline
 def _reduce_and_store[
     dtype: DType, has_bias: Bool, MT: Int, KW: Int, WARPS_MN: Int, clusters: Bool
 ](
@@ -755,7 +845,7 @@ def int4_gemv_kernel[
 
     async_copy_wait_group(Int32(0))
     barrier()  # all rings drained: reuse the smem for the reductions
-    _reduce_and_store[dtype, has_bias, MT, KW, NB, clusters](
+    _reduce_spread_and_store[dtype, has_bias, MT, KW, NB, clusters](
         acc, smem.unsafe_bitcast[Float32](), c_ptr, b_ptr, kpart, nb_i, lane, nsplit, ks,
         (band0 + nb_i) * 64, m0, m, n,
     )
