@@ -102,6 +102,7 @@ class Item:
     dispatch_us: float | None = None
     dispatch_choice: str = ""
     rule: Cand | None = None
+    gpu: str = ""  # the card the record was measured on (the sweep's "gpu" field)
 
     @property
     def bands(self) -> int:
@@ -164,6 +165,24 @@ def k8_rule_split(bands: int, k: int) -> int:
     return s
 
 
+def two_band_rule_split(bands: int, k: int) -> int:
+    """dispatch.choose_split_k for CFG_M8 / CFG_M16 (two bands x 2 K parts of 128 per CTA, two
+    CTAs per SM): the smallest power of two giving >= 96 CTAs, each keeping >= 4 stages."""
+    ctas, stages, s = -(-bands // 2), k // 128, 1
+    while s < 8 and ctas * s < 96 and stages // (2 * s) >= 4:
+        s *= 2
+    return s
+
+
+def small_m_rule(it: Item) -> Cand:
+    """dispatch.small_m_rule and the split `choose_split_k` gives its config (M <= 16): the
+    8-K-part config up to two waves of one-band CTAs, else the two-band config."""
+    base = "CFG_M8" if it.m <= 8 else "CFG_M16"
+    if it.bands <= 2 * SM90_SMS and it.k >= 8 * 128:
+        return (base + "_K8", k8_rule_split(it.bands, it.k))
+    return (base, two_band_rule_split(it.bands, it.k))
+
+
 def add_rule_splits(it: Item) -> None:
     """Candidate (config, 0) = the config at the split the rule derives for this item (a table
     entry with split 0 leaves the split to `choose_split_k`), where that split was measured."""
@@ -189,6 +208,7 @@ def load(paths: Iterable[Path]) -> list[Item]:
             key = (rec["layer"], rec["N"], rec["K"], rec["M"])
             it = items.get(key) or Item(rec["layer"], rec["model"], rec["N"], rec["K"], rec["M"])
             items[key] = it
+            it.gpu = rec.get("gpu", it.gpu)
             ok = rec.get("ok") and rec.get("us") is not None
             if rec["kernel"] == "dispatch":
                 it.dispatch_choice = rec.get("choice", "")
@@ -203,6 +223,8 @@ def load(paths: Iterable[Path]) -> list[Item]:
                 it.min_ksteps[c] = min_ksteps(rec)
     for it in items.values():
         add_rule_splits(it)
+        if it.m <= 16:  # the dispatch's rule as it is now, whichever rule the sweep ran with
+            it.rule = small_m_rule(it)
     return [it for it in items.values() if it.us]
 
 
@@ -374,7 +396,7 @@ def snippet(t: Table, sources: list[str]) -> str:
 
 def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(wgmma variant, split_k) measured best per M range and bucket of derived quantities
-    (scripts/int4_sweep_table.py over the H200 sweep of benchmarks/mojo/int4_sweep.mojo), or
+    (scripts/int4_sweep_table.py over the SM90 sweep of benchmarks/mojo/int4_sweep.mojo), or
     (-1, 0): then `wgmma_rule` decides."""
 {body(wg)}
 
@@ -445,6 +467,15 @@ def report(items: list[Item], t: Table, out=None) -> None:
       f" {geomean(pooled):9.3f}")
 
 
+def cards(items: list[Item]) -> str:
+    """Which card each M was measured on, e.g. "H100 at M 1, 16; H200 at M 64, 128"."""
+    by_gpu: dict[str, set[int]] = {}
+    for it in items:
+        by_gpu.setdefault(it.gpu or "an unnamed card", set()).add(it.m)
+    return "; ".join(
+        f"{g} at M {', '.join(map(str, sorted(ms)))}" for g, ms in sorted(by_gpu.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path, help="int4_sweep.json (JSON lines)")
@@ -456,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     t = select(items)
     report(items, t)
-    text = snippet(t, [f.name for f in args.files])
+    text = snippet(t, [f.name for f in args.files] + [cards(items)])
     if args.snippet:
         args.snippet.write_text(text)
         print(f"\nwrote {args.snippet}")

@@ -149,7 +149,10 @@ def test_load_skips_logs_and_failed_launches(tmp_path):
     items = tbl.load([p])
     it = next(it for it in items if it.layer == "A.l0" and it.m == 1)
     assert ("CFG_M8", 8) not in it.us
-    assert it.dispatch_us is not None and it.rule == ("CFG_M8", 1)
+    # M <= 16: the dispatch's rule as the script mirrors it, not the sweep's is_rule record
+    assert it.dispatch_us is not None and it.rule == tbl.small_m_rule(it) == ("CFG_M8_K8", 1)
+    wide = next(it for it in items if it.layer == "A.l0" and it.m == 64)
+    assert wide.rule == ("WG_CFG_64N", 1)
 
 
 def test_main_writes_report_and_snippet(tmp_path, capsys):
@@ -169,7 +172,7 @@ def test_sweep_shapes_include_in_sync():
 
 def test_dispatch_table_is_the_committed_sweeps_output(tmp_path):
     """tuning_sm90.mojo's `tuned_wgmma` / `tuned_choice` are exactly what the script derives
-    from the committed H200 sweep, and nothing in the file compares N or K values."""
+    from the committed sweep, and nothing in the file compares N or K values."""
     sweep = ROOT / "benchmarks" / "results" / "int4_sweep.json.gz"
     out = tmp_path / "tuned.mojo"
     assert tbl.main([str(sweep), "--snippet", str(out)]) == 0
@@ -192,7 +195,8 @@ def test_k8_rule_split_mirrors_the_dispatch():
 
 def test_rule_split_is_a_candidate_of_the_table(tmp_path):
     """(CFG_M16_K8, 0) stands for the split the rule derives per layer, so a bucket whose
-    layers want different splits can take "the rule's split" (a table entry of split 0)."""
+    layers want different splits can take "the rule's split" (a table entry of split 0); where
+    the rule itself picks that launch, the table needs no entry."""
     out = []
     for model, (bands, k) in zip(MODELS, [(64, 14336), (64, 4096), (70, 14336), (66, 4608),
                                           (80, 16384)], strict=True):
@@ -203,9 +207,11 @@ def test_rule_split_is_a_candidate_of_the_table(tmp_path):
             out.append(rec(f"{model}.l0", model, n, k, 16, "CFG_M16_K8", s, us,
                            bm=16, bk=64, warp_k=8))
             out.append(rec(f"{model}.l0", model, n, k, 16, "CFG_M16", s, 12.0, bm=16, bk=128,
-                           warp_k=2, is_rule=s == 1))
+                           warp_k=2))
     items = tbl.load([write(tmp_path, out)])
     assert all(it.us[("CFG_M16_K8", 0)] == 10.0 for it in items)
-    t = tbl.select(items)
+    assert all(it.rule == ("CFG_M16_K8", tbl.k8_rule_split(it.bands, it.k)) for it in items)
+    assert tbl.select(items).entries == {}
+    t = tbl.build(items, {(9, 16): (("bands",), 1)})
     assert {e.cand for e in t.entries.values()} == {("CFG_M16_K8", 0)}
     assert "return (2, 0)" in tbl.snippet(t, ["int4_sweep.json"])

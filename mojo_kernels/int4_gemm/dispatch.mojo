@@ -57,9 +57,6 @@ from .tuning_sm90 import (
     tuned_wgmma,
 )
 
-comptime NARROW_BANDS = 64
-"""Up to this many bands, small M uses the one-band-per-CTA *_NARROW configs (4 K parts, two
-or more CTAs per SM, split K until about 96 CTAs)."""
 comptime K8_MIN_K_PER_WARP = 512
 """The 8-K-part configs split K over a cluster only while every warp keeps at least this much
 K: below it, ring fill and reductions cost more than the extra CTAs stream."""
@@ -67,15 +64,14 @@ K: below it, ring fill and reductions cost more than the extra CTAs stream."""
 
 def small_m_rule(n: Int, kp: Int) -> Int:
     """The mma.sync variant (`tuned_choice`'s codes) for M <= 16 without a measured exception,
-    by how many SMs the layer's 64-column bands cover: 2 (CFG_M8_K8 / CFG_M16_K8, one band x 8
-    K parts per CTA, one CTA per SM) from half the SMs to all of them, where each of the 8
-    warps gets at least one 128-element unit of K; 1 (the *_NARROW configs) for fewer bands,
-    which need more CTAs than bands; 0 (CFG_M8 / CFG_M16, two bands per CTA, two CTAs per SM)
-    for wide layers, whose one-band CTAs would run in several waves."""
-    var bands = ceildiv(n, 64)
-    if 2 * bands >= SM90_SMS and bands <= SM90_SMS and kp >= 8 * 128:
+    by how many waves the layer's 64-column bands make of one-band CTAs: 2 (CFG_M8_K8 /
+    CFG_M16_K8, one band x 8 K parts per CTA, one CTA per SM) up to two waves, where each of
+    the 8 warps gets at least one 128-element unit of K; 0 (CFG_M8 / CFG_M16, two bands per
+    CTA, two CTAs per SM) for wider layers. The *_NARROW configs are measured candidates only:
+    with few bands the 8-K-part config at a cluster split fills the SMs as well."""
+    if ceildiv(n, 64) <= 2 * SM90_SMS and kp >= 8 * 128:
         return 2
-    return 1 if bands <= NARROW_BANDS else 0
+    return 0
 
 
 def small_m_variant(m: Int, n: Int, kp: Int) -> Int:
