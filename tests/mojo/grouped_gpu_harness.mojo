@@ -105,6 +105,12 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # decode-sized ragged groups: empty group, single token, -1 expert, G_active < G
     run_case[dtype, 0, 0, False, False](ctx, "decode_ragged", 40, 256, 200, 6,
         [0, 5, 5, 6, 20, 33, 40], [3, 1, 0, -1, 5, 2], 5)
+    # many groups, few active (decode over E groups): the scheduler skips chunks of empty
+    # groups; G not a multiple of its chunk, an active group on each side of chunk borders
+    run_case[dtype, 0, 0, True, True](ctx, "decode_sparse_groups", 16, 128, 256, 40,
+        [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 37)
+    run_case[dtype, 0, 0, False, False](ctx, "decode_sparse_groups_active_29", 16, 128, 256, 40,
+        [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 29)
     # prefill-sized groups, K and N not multiples of the tiles
     run_case[dtype, 0, 0, False, False](ctx, "prefill", 700, 328, 328, 4,
         [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
@@ -196,6 +202,72 @@ def bench(ctx: DeviceContext, name: StaticString, tokens_per_group: Int, G: Int,
           "time =", dt * 1e6, "us  TFLOP/s =", flops / dt / 1e12, " weight GB/s =", wbytes / dt / 1e9)
 
 
+def bench_sparse(ctx: DeviceContext, name: StaticString, G: Int, N: Int, K: Int, swiglu: Bool,
+                 iters: Int) raises:
+    """Times the fast kernel at decode over G groups (one per expert) of which 8 hold one row
+    each, spread over the group list as a router leaves them; 4 rotating sets of active experts
+    (the weights come from HBM, not L2). Reports µs per call and the active weights' TB/s."""
+    comptime dtype = DType.bfloat16
+    comptime SETS = 4
+    comptime ACTIVE = 8
+    var T = ACTIVE
+    var Nc = N // 2 if swiglu else N
+    var a = ctx.enqueue_create_buffer[dtype](T * K)
+    var b = ctx.enqueue_create_buffer[dtype](G * N * K)
+    var c = ctx.enqueue_create_buffer[dtype](T * Nc)
+    var rs = ctx.enqueue_create_buffer[DType.float32](T)
+    var offs = ctx.enqueue_create_buffer[DType.uint32](SETS * (G + 1))
+    var eids = ctx.enqueue_create_buffer[DType.int32](SETS * G)
+    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
+    ctx.enqueue_function[_fill_kernel[dtype]](a.unsafe_ptr().as_unsafe_any_origin(), Int64(T * K),
+        UInt32(1), grid_dim=ceildiv(T * K, 256), block_dim=256)
+    ctx.enqueue_function[_fill_kernel[dtype]](b.unsafe_ptr().as_unsafe_any_origin(), Int64(G * N * K),
+        UInt32(2), grid_dim=ceildiv(G * N * K, 256), block_dim=256)
+    with rs.map_to_host() as h:
+        for t in range(T):
+            h[t] = 0.125
+    with offs.map_to_host() as h:
+        for st in range(SETS):
+            var row = 0
+            for g in range(G + 1):
+                h[st * (G + 1) + g] = UInt32(row)
+                # one group in every G / ACTIVE is active, at an offset that moves per set
+                if g < G and (g + 3 * st) % (G // ACTIVE) == G // ACTIVE - 1:
+                    row += 1
+    with eids.map_to_host() as h:
+        for st in range(SETS):
+            for g in range(G):
+                h[st * G + g] = Int32(g)
+    with stats.map_to_host() as h:
+        h[0] = 1
+        h[1] = UInt32(G)
+    var shape = GroupedShape(T=T, K=K, N=N, Nc=Nc, E=G, G=G, a_rows=T)
+    var cp = c.unsafe_ptr().as_unsafe_any_origin()
+    var ap = a.unsafe_ptr().as_unsafe_any_origin()
+    var bp = b.unsafe_ptr().as_unsafe_any_origin()
+    var rp = rs.unsafe_ptr().as_unsafe_any_origin()
+    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
+    var samples = List[Float64]()
+    for rep_i in range(6):
+        ctx.synchronize()
+        var t0 = perf_counter_ns()
+        for i in range(iters):
+            var st = i % SETS
+            var op = offs.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * (G + 1))
+            var ip = eids.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * G)
+            if swiglu:
+                launch_grouped_matmul[dtype, 0, 0, True, True, "gpu"](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+            else:
+                launch_grouped_matmul[dtype, 0, 0, False, True, "gpu"](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+        ctx.synchronize()
+        if rep_i > 0:
+            samples.append(Float64(perf_counter_ns() - t0) / 1e3 / Float64(iters))
+    sort(samples)
+    var us = samples[len(samples) // 2]
+    print("bench_sparse", name, "G =", G, "active = 8 x 1 row  N =", N, "K =", K, "swiglu =", swiglu,
+          " time =", us, "us  active weight TB/s =", Float64(ACTIVE * N * K * 2) / us / 1e6)
+
+
 def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N: Int, K: Int) raises:
     """Times the SM90 kernel's token tiles on G groups of about avg_rows rows (+- 2 sqrt(avg_rows),
     like uniform top-k routing), bf16: BN = 32, 128 and 256 with their widths and BN = 256 with
@@ -273,6 +345,14 @@ def main() raises:
         bench(ctx, "decode", 4, 8, 4096, 7168, 50)
         bench(ctx, "decode1", 1, 64, 2048, 7168, 50)
         bench(ctx, "prefill", 1024, 8, 4096, 7168, 10)
+    if len(args) > 1 and args[1] == "sparse":
+        # decode over all experts' groups: OLMoE (64 experts, gate_up N = 2048 K = 2048, down
+        # N = 2048 K = 1024), Qwen3-30B-A3B (128 experts, gate_up N = 1536, down K = 768)
+        for _ in range(2):
+            bench_sparse(ctx, "olmoe_up", 64, 2048, 2048, True, 200)
+            bench_sparse(ctx, "olmoe_down", 64, 2048, 1024, False, 200)
+            bench_sparse(ctx, "qwen3_up", 128, 1536, 2048, True, 200)
+            bench_sparse(ctx, "qwen3_down", 128, 2048, 768, False, 200)
     if len(args) > 1 and args[1] == "tiles":
         # OLMoE (64 experts, gate_up N = 2048 K = 2048; down N = 2048 K = 1024) over group sizes
         for r in [16, 32, 48, 64, 96, 128, 160, 192, 256, 512]:
