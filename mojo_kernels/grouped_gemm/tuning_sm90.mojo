@@ -7,6 +7,9 @@ comptime DECODE_BN = 32
 """Token tile of the fast GPU kernels when groups are small (decode)."""
 comptime DECODE_WIDTHS = 1
 """Decode tiles stream weights (memory-bound): one wgmma width."""
+comptime DECODE_KSUB = 2
+"""BK-column blocks per ring stage of the decode tiles: each weight row is read 256 bytes at a
+time (two TMA boxes back to back) instead of one 128-byte swizzle row."""
 comptime MID_BN = 128
 """Token tile on SM90 for groups of a few dozen rows (dispatch.sm90_token_regime): one tile
 covers such a group, so its weights are read once (BN = 32 tiles read them per 32 rows), with a

@@ -21,7 +21,7 @@ from mojo_kernels.grouped_gemm.entry import launch_grouped_matmul
 from mojo_kernels.grouped_gemm.scheduler import GroupedShape
 from mojo_kernels.grouped_gemm.dispatch import sm90_token_regime
 from mojo_kernels.grouped_gemm.kernels.sm90 import grouped_matmul_sm90
-from mojo_kernels.grouped_gemm.tuning_sm90 import DECODE_BN, DECODE_WIDTHS, MID_BN, PREFILL_BN, TILE_WIDTHS
+from mojo_kernels.grouped_gemm.tuning_sm90 import DECODE_BN, DECODE_KSUB, DECODE_WIDTHS, MID_BN, PREFILL_BN, TILE_WIDTHS
 
 comptime POISON = -777.0
 
@@ -105,6 +105,14 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # decode-sized ragged groups: empty group, single token, -1 expert, G_active < G
     run_case[dtype, 0, 0, False, False](ctx, "decode_ragged", 40, 256, 200, 6,
         [0, 5, 5, 6, 20, 33, 40], [3, 1, 0, -1, 5, 2], 5)
+    # decode tiles load two 64-column blocks per ring stage: an odd block count (the last
+    # stage holds one) and a partial last block (K past the end is zero-filled)
+    run_case[dtype, 0, 0, False, False](ctx, "decode_odd_blocks", 20, 192, 256, 4,
+        [0, 3, 3, 10, 20], [1, 0, 3, 2], 4)
+    run_case[dtype, 0, 0, True, True](ctx, "decode_odd_partial_blocks_swiglu_scale", 20, 136, 256, 4,
+        [0, 3, 3, 10, 20], [1, 0, 3, 2], 4)
+    run_case[dtype, 0, 0, False, True](ctx, "decode_even_partial_blocks_scale", 20, 200, 192, 4,
+        [0, 7, 8, 8, 20], [2, 3, -1, 0], 4)
     # many groups, few active (decode over E groups): the scheduler skips chunks of empty
     # groups; G not a multiple of its chunk, an active group on each side of chunk borders
     run_case[dtype, 0, 0, True, True](ctx, "decode_sparse_groups", 16, 128, 256, 40,
@@ -322,7 +330,7 @@ def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N
                 t0 = perf_counter_ns()
             var bp = b.unsafe_ptr().as_unsafe_any_origin().unsafe_offset((i % copies) * G * N * K)
             comptime if v == 0:
-                grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
+                grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, False, DECODE_KSUB](cp, ap, bp, op, ip, sp, rp, shape, ctx)
             elif v == 1:
                 grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, 0, 0, False, False](cp, ap, bp, op, ip, sp, rp, shape, ctx)
             elif v == 2:

@@ -62,18 +62,19 @@ comptime NUM_THREADS = 128 * (1 + NUM_CONSUMERS)
 comptime MAX_STAGES = 12
 
 
-def sm90_stage_bytes[dtype: DType, BN: Int]() -> Int:
-    return (BM + BN) * BK * size_of[dtype]()
+def sm90_stage_bytes[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
+    """Bytes of one ring stage: KSUB pairs of (weight, token) tiles of BK columns each."""
+    return KSUB * (BM + BN) * BK * size_of[dtype]()
 
 
-def sm90_stages[dtype: DType, BN: Int]() -> Int:
+def sm90_stages[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
     """Pipeline depth: as many stages as fit next to their 2 mbarriers each."""
-    return min(MAX_STAGES, SMEM_BUDGET_SM90 // (sm90_stage_bytes[dtype, BN]() + 16))
+    return min(MAX_STAGES, SMEM_BUDGET_SM90 // (sm90_stage_bytes[dtype, BN, KSUB]() + 16))
 
 
-def sm90_smem_bytes[dtype: DType, BN: Int]() -> Int:
-    comptime stages = sm90_stages[dtype, BN]()
-    return stages * sm90_stage_bytes[dtype, BN]() + 2 * stages * 8
+def sm90_smem_bytes[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
+    comptime stages = sm90_stages[dtype, BN, KSUB]()
+    return stages * sm90_stage_bytes[dtype, BN, KSUB]() + 2 * stages * 8
 
 
 @always_inline
@@ -87,7 +88,16 @@ comptime SmemPtr[T: AnyType] = Pointer[T, MutUntrackedOrigin, address_space=Addr
 
 
 @always_inline
-def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int](
+def stage_blocks[KSUB: Int](num_k: Int, kb: Int) -> Int:
+    """BK-column blocks in the ring stage that starts at block kb of a tile's num_k: KSUB, or
+    the remainder in the tile's last stage (the producer loads and the consumers multiply the
+    same count, so no block past K is ever loaded)."""
+    comptime assert KSUB == 1 or KSUB == 2, "a stage holds 1 or 2 blocks (a partial stage: one)"
+    return min(KSUB, num_k - kb)
+
+
+@always_inline
+def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int, KSUB: Int](
     w_smem: SmemPtr[Scalar[dtype]],
     x_smem: SmemPtr[Scalar[dtype]],
     full: SmemPtr[SharedMemBarrier],
@@ -98,10 +108,11 @@ def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int](
     sub: Int,
     ctid: Int,
 ):
-    """One consumer warpgroup's mainloop over a tile's `num_k` stages with wgmma m64 x NV x 16 on
-    the first NV token rows of each stage (their fragments are the first 64 NV / 128 registers of
-    the m64 x BN accumulator). One wgmma group stays in flight: stage kt - 1 is released once
-    group kt is issued and group kt - 1 has completed (wait_group 1)."""
+    """One consumer warpgroup's mainloop over a tile's `num_k` BK-column blocks, KSUB per ring
+    stage (the tile's last stage may hold fewer: `stage_blocks`), with wgmma m64 x NV x 16 on
+    the first NV token rows (their fragments are the first 64 NV / 128 registers of the
+    m64 x BN accumulator). One wgmma group per stage stays in flight: stage i - 1 is released
+    once group i is issued and group i - 1 has completed (wait_group 1)."""
     comptime W_ELEMS = BM * BK
     comptime X_ELEMS = BN * BK
     comptime w_sub_layout = tile_layout_k_major_typed[dtype, WG_M, BK, SW]
@@ -111,15 +122,26 @@ def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int](
         F32, dtype, dtype, Index(WG_M, NV, 16), a_swizzle=SW, b_swizzle=SW, transpose_b=True
     ]()
     var prev = -1
-    for _ in range(num_k):
+    var kb = 0
+    while kb < num_k:
         var s = it % STAGES
+        var blocks = stage_blocks[KSUB](num_k, kb)
         full[unsafe_offset=s].wait(UInt32((it // STAGES) & 1))
-        var w_t = TileTensor(w_smem.unsafe_offset(s * W_ELEMS + sub * WG_M * BK), w_sub_layout)
-        var x_t = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
         warpgroup_fence(accum)
         mma.arrive()
+        # block 0 of the stage, then (KSUB = 2) block 1 unless the tile's last stage holds one.
+        # That branch between wgmmas makes ptxas serialize them (C7520); only the decode tiles
+        # take KSUB = 2, and their stages wait on HBM, not on the MMAs.
+        var w_t = TileTensor(w_smem.unsafe_offset(s * KSUB * W_ELEMS + sub * WG_M * BK), w_sub_layout)
+        var x_t = TileTensor(x_smem.unsafe_offset(s * KSUB * X_ELEMS), x_layout)
         mma.wgmma(w_t, x_t, accum)
+        comptime if KSUB == 2:
+            if blocks == 2:
+                var w_1 = TileTensor(w_smem.unsafe_offset((s * KSUB + 1) * W_ELEMS + sub * WG_M * BK), w_sub_layout)
+                var x_1 = TileTensor(x_smem.unsafe_offset((s * KSUB + 1) * X_ELEMS), x_layout)
+                mma.wgmma(w_1, x_1, accum)
         mma.commit_group()
+        kb += blocks
         warpgroup_fence(accum)
         mma.wait_group[1]()
         if prev >= 0 and ctid == 0:
@@ -140,6 +162,7 @@ def grouped_sm90_kernel[
     BN: Int,
     WIDTHS: Int,
     STAGES: Int,
+    KSUB: Int,
     s0: Int,
     s1: Int,
     swiglu: Bool,
@@ -167,14 +190,17 @@ def grouped_sm90_kernel[
     comptime x_layout = tile_layout_k_major_typed[dtype, BN, BK, SW]
     comptime W_ELEMS = BM * BK
     comptime X_ELEMS = BN * BK
-    comptime STAGE_BYTES = (W_ELEMS + X_ELEMS) * size_of[dtype]()
+    comptime BLOCK_BYTES = (W_ELEMS + X_ELEMS) * size_of[dtype]()
+    """Bytes of one BK-column block (weight tile + token tile); a stage holds KSUB of them."""
+    comptime SLOTS = STAGES * KSUB
     comptime C_FRAG = WG_M * BN // 128
     """fp32 accumulators per consumer thread (m64 x BN wgmma)."""
 
+    # slot s * KSUB + j of each array holds block j of ring stage s
     var smem = external_memory[Scalar[dtype], address_space=AddressSpace.SHARED, alignment=1024]()
     var w_smem = smem
-    var x_smem = smem.unsafe_offset(STAGES * W_ELEMS)
-    var full = smem.unsafe_offset(STAGES * (W_ELEMS + X_ELEMS)).unsafe_bitcast[SharedMemBarrier]()
+    var x_smem = smem.unsafe_offset(SLOTS * W_ELEMS)
+    var full = smem.unsafe_offset(SLOTS * (W_ELEMS + X_ELEMS)).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
 
     var tid = thread_idx.x
@@ -212,15 +238,20 @@ def grouped_sm90_kernel[
                 continue
             var w_row = work.expert * N + work.m
             var x_row = work.row0 + plane_of[s0, s1](work.m) * T
-            for kt in range(num_k):
+            var kb = 0
+            while kb < num_k:
                 var s = it % STAGES
+                var blocks = stage_blocks[KSUB](num_k, kb)
                 if it >= STAGES:
                     empty[unsafe_offset=s].wait(UInt32(((it // STAGES) & 1) ^ 1))
-                full[unsafe_offset=s].expect_bytes(Int32(STAGE_BYTES))
-                var w_dst = TileTensor(w_smem.unsafe_offset(s * W_ELEMS), w_layout)
-                var x_dst = TileTensor(x_smem.unsafe_offset(s * X_ELEMS), x_layout)
-                w_tma.async_copy(w_dst, full[unsafe_offset=s], (kt * BK, w_row))
-                x_tma.async_copy(x_dst, full[unsafe_offset=s], (kt * BK, x_row))
+                full[unsafe_offset=s].expect_bytes(Int32(blocks * BLOCK_BYTES))
+                for j in range(blocks):
+                    var slot = s * KSUB + j
+                    var w_dst = TileTensor(w_smem.unsafe_offset(slot * W_ELEMS), w_layout)
+                    var x_dst = TileTensor(x_smem.unsafe_offset(slot * X_ELEMS), x_layout)
+                    w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kb + j) * BK, w_row))
+                    x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kb + j) * BK, x_row))
+                kb += blocks
                 it += 1
         return
 
@@ -247,7 +278,7 @@ def grouped_sm90_kernel[
             comptime for v in range(WIDTHS):
                 comptime NV = (v + 1) * BN // WIDTHS
                 if width == v:
-                    _consume_tile[dtype, BN, NV, STAGES](
+                    _consume_tile[dtype, BN, NV, STAGES, KSUB](
                         w_smem, x_smem, full, empty, accum_ptr, it, num_k, sub, ctid)
 
         # Epilogue. Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane/4,
@@ -279,7 +310,8 @@ def grouped_sm90_kernel[
 
 
 def grouped_matmul_sm90[
-    dtype: DType, BN: Int, WIDTHS: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool
+    dtype: DType, BN: Int, WIDTHS: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool,
+    KSUB: Int = 1,
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -292,13 +324,14 @@ def grouped_matmul_sm90[
     ctx: DeviceContext,
 ) raises:
     """Enqueues the persistent SM90 kernel with token tile BN and WIDTHS wgmma widths
-    BN / WIDTHS, 2 BN / WIDTHS, ..., BN (device pointers).
+    BN / WIDTHS, 2 BN / WIDTHS, ..., BN (device pointers), KSUB blocks of BK columns per ring
+    stage.
 
     Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert BN % (8 * WIDTHS) == 0 and BN <= 256, "BN must be a multiple of 8 WIDTHS up to 256"
-    comptime STAGES = sm90_stages[dtype, BN]()
-    comptime SMEM = sm90_smem_bytes[dtype, BN]()
+    comptime STAGES = sm90_stages[dtype, BN, KSUB]()
+    comptime SMEM = sm90_smem_bytes[dtype, BN, KSUB]()
     comptime assert STAGES >= 2, "shared memory too small for two stages"
     if shape.T == 0 or shape.G == 0:
         return
@@ -309,7 +342,7 @@ def grouped_matmul_sm90[
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
-        dtype, BN, WIDTHS, STAGES, s0, s1, swiglu, has_row_scale,
+        dtype, BN, WIDTHS, STAGES, KSUB, s0, s1, swiglu, has_row_scale,
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]
