@@ -36,7 +36,9 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
 - floors: decode = (weights read: attention projections + the experts the batch routes to,
   E·(1 − (1 − k/E)^batch) expected for random routing + router + LM head, + K/V read) / 4.24
   TB/s; prefill = max(bf16 FLOPs / 728 TFLOP/s + FP8 FLOPs / 1456, bytes / 4.24 TB/s), bytes =
-  weights (all experts routed) + K/V written and read (activations not counted).
+  weights (all experts routed) + K/V written and read (activations not counted). Those are
+  the H200's rates; on an H100 the bandwidth is scaled by the HBM peaks (2.96 TB/s,
+  `harness.card_rates`), and the method line names the rates a run used.
 - MAX's model: decode at batch 1 and 8 (its grouped kernel is naive on Hopper) and one timed
   prefill of MAX_PREFILL_T tokens.
 
@@ -102,9 +104,6 @@ NEAR_TIE = 1e-3
 """Router margins (in logit standard deviations) below this may flip under kernel rounding."""
 CHECK_SEEDS = 8
 """Token seeds `check_schedule` tries for a check without router near-ties."""
-BANDWIDTH = harness.H200_BANDWIDTH
-BF16_FLOPS = harness.H200_BF16_FLOPS
-FP8_FLOPS = 2 * harness.H200_BF16_FLOPS
 BARS = {"decode_b1": 2.0, "decode_b8+": 1.5, "prefill": 2.0}
 SHARDED_BATCH = 64
 SHARDED_CONTEXT = 1024
@@ -198,7 +197,7 @@ def decode_floor(c: DecoderConfig, batch: int, context: int) -> dict[str, float]
     weights = c.num_layers * (attn_weight_bytes(c) + routed_experts(c, batch) * expert_bytes(c))
     kv = c.num_layers * batch * (context + 1) * kv_token_bytes(c)
     total = weights + kv + head_bytes(c)
-    return {"floor_bytes": total, "floor_ms": total / BANDWIDTH * 1e3}
+    return {"floor_bytes": total, "floor_ms": total / harness.card_rates()[0] * 1e3}
 
 
 def prefill_floor(c: DecoderConfig, tokens: int, seqs: int) -> dict[str, float]:
@@ -212,8 +211,9 @@ def prefill_floor(c: DecoderConfig, tokens: int, seqs: int) -> dict[str, float]:
     fp8 = c.num_layers * tokens * 2 * 2 * h * kv
     weights = c.num_layers * (attn_weight_bytes(c) + routed_experts(c, tokens) * expert_bytes(c))
     total = weights + 2 * c.num_layers * tokens * kv_token_bytes(c) + head_bytes(c)
-    compute_ms = (bf16 / BF16_FLOPS + fp8 / FP8_FLOPS) * 1e3
-    memory_ms = total / BANDWIDTH * 1e3
+    bandwidth, bf16_flops = harness.card_rates()
+    compute_ms = (bf16 + fp8 / 2) / bf16_flops * 1e3  # FP8 at twice the bf16 rate
+    memory_ms = total / bandwidth * 1e3
     return {"floor_bytes": total, "floor_flops": bf16 + fp8, "compute_ms": compute_ms,
             "memory_ms": memory_ms, "floor_ms": max(compute_ms, memory_ms)}
 
@@ -643,7 +643,9 @@ def main() -> None:
                "replay / step (ours = mojo_kernels, attn = MAX mha): *_crit_us each part's "
                "share of the critical path (+ idle_us = span_us), *_us summed kernel "
                "durations (overlapping under programmatic launches); floors: see "
-               "bench_decoder.py; MAX model: q/o qmatmul_b4_g128 (repacked once), K "
+               f"bench_decoder.py, at {harness.card_rates()[0] / 1e12:.2f} TB/s and "
+               f"{harness.card_rates()[1] / 1e12:.0f} TFLOP/s bf16; MAX model: q/o "
+               "qmatmul_b4_g128 (repacked once), K "
                "matmul_k_cache_ragged_scaled_float8, V dynamic_scaled_matmul + "
                "store_v_cache_ragged, experts grouped_matmul_ragged; " + max_note,
         extra={"checks": checks, "router_margins": margins, "bars": summary,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import functools
 import itertools
 import json
 import os
@@ -40,6 +41,8 @@ H200_BANDWIDTH = 4.24e12
 """Measured device-to-device copy bandwidth of the H200 (bytes/s, L2 flushed)."""
 H200_BF16_FLOPS = 728e12
 """Measured cuBLAS bf16 8192³ rate (FLOP/s)."""
+HBM_PEAK = {"H100": 3.35e12, "H200": 4.8e12}
+"""Spec HBM bandwidth (bytes/s) of the cards the benchmarks are lent."""
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out"
@@ -353,6 +356,16 @@ def torch_do_bench(fn: Callable[[], Any]) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+
+
+@functools.cache
+def card_rates() -> tuple[float, float]:
+    """(bytes/s, bf16 FLOP/s) that floors and bandwidth bars use on this machine's GPU: the
+    H200's measured rates; on an H100 the bandwidth scaled by the two HBM peaks (same tensor
+    cores and clocks, so the same FLOP rate)."""
+    if "H100" in environment()["device"]:
+        return H200_BANDWIDTH * HBM_PEAK["H100"] / HBM_PEAK["H200"], H200_BF16_FLOPS
+    return H200_BANDWIDTH, H200_BF16_FLOPS
 
 
 def environment() -> dict[str, str]:

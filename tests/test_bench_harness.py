@@ -196,3 +196,17 @@ def test_int4_bars_and_summary() -> None:
     summary = bench.summarize(failed, (1,), bench.PUBLIC_LAYERS)["M=1"]
     assert summary["n_x_humming_kernel"] == 27
     assert summary["geomean_x_humming_kernel"] == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize(("device", "bandwidth"), [
+    ("NVIDIA H200, 580.159.04", 4.24e12),
+    ("NVIDIA H100 80GB HBM3, 580.159.04", 4.24e12 * 3.35 / 4.8),
+])
+def test_card_rates_follow_the_card(monkeypatch, device: str, bandwidth: float) -> None:
+    # floors and bandwidth bars use the rates of the card the run is on (an H100 is lent too)
+    harness.card_rates.cache_clear()
+    monkeypatch.setattr(harness, "environment", lambda: {"device": device})
+    try:
+        assert harness.card_rates() == (pytest.approx(bandwidth), harness.H200_BF16_FLOPS)
+    finally:
+        harness.card_rates.cache_clear()
