@@ -9,8 +9,10 @@ Persistent, warp-specialized, swap-AB:
 - warpgroup 0 is the producer: one thread issues the TMA loads (128B swizzle, BK = 64
   elements = 128 bytes per row) of the weight tile [128, 64] (b viewed as [E * N, K], row
   expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T) into
-  a ring of STAGES shared-memory stages, each with a "full" and an "empty" mbarrier; STAGES
-  is the most that fits in the 227 KiB a CTA may opt into;
+  a ring of STAGES shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
+  holds KSUB such 64-column blocks (decode tiles: 2, so each weight row is read 256 bytes at a
+  time; a tile's last stage may hold one); STAGES is the most that fits in the 227 KiB a CTA
+  may opt into;
 - warpgroups 1 and 2 are the consumers: each waits on "full", issues wgmma m64nBNk16 on its
   64 weight rows straight from shared memory with fp32 accumulators in registers (one wgmma
   group kept in flight), releases the stage, and at the end of a tile runs the epilogue from registers (SwiGLU / row scale,
