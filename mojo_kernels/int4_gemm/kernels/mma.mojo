@@ -548,35 +548,9 @@ def _reduce_and_store[
         _reduce_cluster[NQ, WSTRIDE, QSTRIDE](acc, red_s, kpart, wmn, lane, nsplit, ks)
 
     if kpart == 0:
-        var lane_row = lane // 4
-        var lane_col = lane % 4
-        comptime for w in range(4):
-            comptime for tm in range(MT):
-                comptime q = w * MT + tm
-                if nsplit == 1 or q % nsplit == ks:
-                    var n_lo = n0 + 16 * w + lane_row
-                    var n_hi = n_lo + 8
-                    var tok = tok0 + tm * 8 + 2 * lane_col
-                    var v = acc[q]
-                    comptime if has_bias:
-                        if n_lo < n:
-                            var bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
-                            v[0] += bl
-                            v[1] += bl
-                        if n_hi < n:
-                            var bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
-                            v[2] += bh
-                            v[3] += bh
-                    if tok < m:
-                        if n_lo < n:
-                            c_ptr[unsafe_offset=tok * n + n_lo] = v[0].cast[dtype]()
-                        if n_hi < n:
-                            c_ptr[unsafe_offset=tok * n + n_hi] = v[2].cast[dtype]()
-                    if tok + 1 < m:
-                        if n_lo < n:
-                            c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = v[1].cast[dtype]()
-                        if n_hi < n:
-                            c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = v[3].cast[dtype]()
+        comptime for q in range(NQ):
+            if nsplit == 1 or q % nsplit == ks:
+                _store_quad[dtype, has_bias, MT, q](acc[q], c_ptr, b_ptr, lane, n0, tok0, m, n)
 
 
 def int4_gemv_kernel[
