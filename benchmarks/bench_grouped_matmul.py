@@ -26,8 +26,10 @@ Captured (the headline, as a MAX server runs decode): `replay_us` is the graph t
 `torch_graph_us` is the same R torch._grouped_mm calls (distinct activations, the same rotated
 bank copies) in one torch.cuda.CUDAGraph, timed the same way; x_torch_replay is their ratio and
 issue 18's bar (geomean over the benchmark models' T in {1, 8, 64} rows >= 1.3) is printed.
-Kernel against kernel (issue 20's bars, printed): `kernel_us` is our kernels' CUPTI time per op
-in the graph that gave `ours_us`; x_torch_kernel = torch_us / kernel_us.
+Kernel against kernel (issue 20's bars, printed): `kernel_us` is our kernels' device time per op
+in the graph that gave `ours_us` (the union of their CUPTI-traced intervals / R: a persistent
+kernel launched through PDL waits on its predecessor's last CTAs, which a sum of durations
+would count twice); x_torch_kernel = torch_us / kernel_us.
 
 Env: BENCH_BUDGET_S (wall budget, default 330: MAX's slow naive kernel and its static-shape
 compile probe are skipped when it runs short), BENCH_MAX_CAP_S (skip a MAX config whose estimated
@@ -479,7 +481,7 @@ def run_ours(rows: dict[tuple[str, int, str], dict[str, Any]], d: Device,
                        weight_copies=nw, TFLOPs=st["flops"] / sec / 1e12,
                        w_TBps=st["w_bytes"] / sec / 1e12, TBps=st["io_bytes"] / sec / 1e12)
             if d.gpu:  # issue 20's clock: our kernels' CUPTI time in the graph that gave ours_us
-                total = harness.trace_kernel_total_us(
+                total = harness.trace_kernel_union_us(
                     *((m_one, one_args) if one_op else (m_many, args)), d.sync)
                 if total:
                     row["kernel_us"] = total / (1 if one_op else copies)
@@ -723,7 +725,8 @@ def main() -> None:
                 "(replay+sync)/R. Ratios (> 1: ours faster): x_torch_replay = torch_graph_us / "
                 "replay_us (headline, captured vs captured), "
                 "x_torch_kernel = torch_us / kernel_us (issue 20's clock: kernel_us = our kernels' "
-                "CUPTI time per op in that graph), x_torch = torch_us / ours_us, x_max = max_us / "
+                "device time in that graph: union of their CUPTI-traced intervals / R), "
+                "x_torch = torch_us / ours_us, x_max = max_us / "
                 "ours_us; bf16; w_TBps / kw_TBps = active experts' weight bytes / ours_us / "
                 "kernel_us, TBps adds activations and output"),
         extra={"geomean": summary, "bars": bars, "notes": notes},

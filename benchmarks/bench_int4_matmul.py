@@ -642,7 +642,7 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], loaded: OursLoaded,
                 # every M: issue 19 compares kernel clocks (humming and cuBLAS by do_bench):
                 # the trace of the captured replay where one runs (the graph as a server
                 # runs it), else of one execute
-                total = harness.trace_kernel_total_us(model, args, sync)
+                total = harness.trace_kernel_union_us(model, args, sync)
                 row["exec_kernel_us"] = total / copies if total else None
                 row["kernel_us"] = row["exec_kernel_us"]
                 if replay_wanted(m):
@@ -750,7 +750,7 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]],
             row["max_us"] = sec * 1e6
             row["max_host_us"] = harness.time_max_host(model, args, R, acc.synchronize) * 1e6
             if m <= MAX_TRACE_MAX_M:  # every kernel of this graph is MAX's qmatmul
-                total = harness.trace_kernel_total_us(model, args, acc.synchronize, "")
+                total = harness.trace_kernel_union_us(model, args, acc.synchronize, "")
                 row["max_kernel_us"] = total / R if total else None
             if replay_wanted(m):
                 row["max_replay_us"] = harness.try_us(f"max {name} M={m}",
@@ -912,7 +912,8 @@ def main() -> None:
                "(every M): our kernels' time (union of their CUPTI-traced intervals) in one "
                "replay of the captured graph / R where replay_us is timed, else = "
                "exec_kernel_us; exec_kernel_us / max_kernel_us (M <= "
-               f"{MAX_TRACE_MAX_M}): summed kernel time of one execute / R (CUPTI trace); torch "
+               f"{MAX_TRACE_MAX_M}): kernel time (union of intervals) of one execute / R "
+               "(CUPTI trace); torch "
                "cublas_us / int4pack_us (Llama layers) / humming_us: do_bench median, L2 "
                f"flushed; humming: humming-kernels {humming_info.get('version')} (int4 "
                "symmetric, group 128, bf16 activations; quantized by its own quantizer; its "

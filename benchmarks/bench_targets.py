@@ -16,10 +16,11 @@ mma.sync; AMD: the portable kernels) run than the Hopper path on the same H200.
   the experts) and the FP8 K-cache op (`k_matmul_ragged_paged_scale`, N = 1024, K = 4096,
   granularity (1, 128, 128), into a bf16 paged cache of page 128, T in KCACHE_T tokens in a
   ragged batch; the batch and cache helpers of bench_k_matmul_paged.py).
-- kernel_us: the summed device duration of our kernels (name containing "mojo_kernels") in one
-  execute of the op's one-op graph (CUPTI trace, harness.trace_kernel_total_us), after a warm
-  execute (so weights below L2 may be served from it); all_kernels_us: every kernel of that
-  execute. x_vs_hopper = kernel_us / Hopper's kernel_us (> 1: slower than Hopper).
+- kernel_us: the device time of our kernels (name containing "mojo_kernels"; the union of
+  their intervals) in one execute of the op's one-op graph (CUPTI trace,
+  harness.trace_kernel_union_us), after a warm execute (so weights below L2 may be served
+  from it); all_kernels_us: every kernel of that execute. x_vs_hopper = kernel_us / Hopper's
+  kernel_us (> 1: slower than Hopper).
 - rel_err: rel. Frobenius error of the path's output against the Hopper path's output on the
   same inputs (int4, grouped: the output tensor; K-cache: the whole cache, zeroed before each
   execute). Tolerance 1e-2 (bf16), 2e-2 (the fp8 K-cache op); `ok` is "ref" on Hopper's rows,
@@ -277,9 +278,9 @@ def run_gpu() -> list[dict[str, Any]]:
             model = models[call.op]
             try:
                 out = run_call(model, call, dev)
-                row["kernel_us"] = harness.trace_kernel_total_us(model, call.args,
+                row["kernel_us"] = harness.trace_kernel_union_us(model, call.args,
                                                                  dev.synchronize)
-                row["all_kernels_us"] = harness.trace_kernel_total_us(model, call.args,
+                row["all_kernels_us"] = harness.trace_kernel_union_us(model, call.args,
                                                                       dev.synchronize, "")
             except Exception as e:  # a broken path shows as a row, the run goes on
                 row["ok"] = f"FAILED: {e!r}"[:200]
@@ -350,7 +351,8 @@ def main() -> None:
         "targets_gpu", rows, COLUMNS,
         method="per path (hopper = the GPU's own path; ampere / portable forced through "
                "MOJO_GEMM_FORCE_PATH at graph build) one compiled module of one-op graphs with "
-               "symbolic rows; kernel_us: summed device time of our kernels in one execute "
+               "symbolic rows; kernel_us: device time of our kernels (union of intervals) in "
+               "one execute "
                "(CUPTI trace, after a warm execute), all_kernels_us: every kernel of it; "
                "x_vs_hopper = kernel_us / Hopper's (> 1: slower); rel_err: rel. Frobenius vs "
                "the Hopper path's output on the same inputs (tol 1e-2, fp8 K-cache 2e-2; the "

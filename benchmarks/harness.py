@@ -5,8 +5,8 @@
   are smaller than L2 (60 MB) so L2 does not serve them; median over runs of
   (execute + synchronize) / R, after warm-up. `call_us` is one op per graph, as a user sees it.
 - torch contenders: triton.testing.do_bench(warmup=25, rep=100, median), which flushes L2.
-- In-graph kernel time (diagnostic): `trace_kernel_us` / `trace_kernel_total_us`, a CUPTI
-  trace of one execute.
+- In-graph kernel time: `trace_kernel_union_us`, the union of our kernels' intervals in a
+  CUPTI trace of one execute (per op: divided by R).
 - Captured time, as a MAX server sees it (it captures its decode graphs): `time_max_replay`
   captures the same R-op graph once as a device graph and times replay + synchronize / R;
   `torch_graph_seconds` captures the same R torch calls (distinct inputs, rotated weight
@@ -128,45 +128,25 @@ def time_max_host(model: Any, args: Sequence[Any], copies: int,
     return statistics.median(samples) / copies
 
 
-def _trace_kernel_spans(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
-                        name_part: str) -> list[float] | None:
-    """Device durations (µs) of the kernels whose name contains `name_part` (memory copies and
-    sets excluded) in one execute of `model`, from a CUPTI trace (torch.profiler sees the
-    launches of MAX's stream too). None when torch is missing or the trace fails."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-    except ImportError:
-        return None
+def trace_kernel_union_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
+                          name_part: str = "mojo_kernels") -> float | None:
+    """Device time (µs) during which the kernels whose name contains `name_part` ("" = every
+    kernel; memory copies and sets excluded) run in one execute of `model`, from a CUPTI trace:
+    the union of their intervals. A kernel launched through programmatic dependent launch
+    becomes resident before its predecessor ends and waits for it; a sum or a median of the
+    kernels' own durations would count that wait twice (and report more than the graph's
+    wall time), the union counts it once. Divided by the ops per graph it is the kernel time
+    per op, also when an op launches several kernels. None when torch is missing, the trace
+    fails or has no such kernel."""
     model.execute(*args)
     synchronize()
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            model.execute(*args)
-            synchronize()
-    except (RuntimeError, OSError, AssertionError) as e:  # diagnostic: never lose the row
-        print(f"trace: no trace ({e!r})"[:300], flush=True)
-        return None
-    return [e.time_range.end - e.time_range.start for e in prof.events()
-            if e.device_type.name == "CUDA" and name_part in e.name
-            and not e.name.startswith(("Memcpy", "Memset"))]
 
+    def once() -> None:
+        model.execute(*args)
+        synchronize()
 
-def trace_kernel_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
-                    name_part: str = "mojo_kernels") -> float | None:
-    """Median device duration (µs) of the kernels whose name contains `name_part` in one
-    execute of `model`: the kernel's own time inside the graph, next to the graph method's
-    per-op time. None when torch is missing or the trace has no such kernel."""
-    spans = _trace_kernel_spans(model, args, synchronize, name_part)
-    return statistics.median(spans) if spans else None
-
-
-def trace_kernel_total_us(model: Any, args: Sequence[Any], synchronize: Callable[[], None],
-                          name_part: str = "mojo_kernels") -> float | None:
-    """Summed device duration (µs) of the kernels whose name contains `name_part` ("" = every
-    kernel) in one execute of `model`; divided by the ops per graph it is the kernel time per
-    op even when an op launches several kernels. None as for `trace_kernel_us`."""
-    spans = _trace_kernel_spans(model, args, synchronize, name_part)
-    return sum(spans) if spans else None
+    spans = _traced_spans(once, name_part)
+    return _union_us(spans) if spans else None
 
 
 def time_max_replay(model: Any, args: Sequence[Any], copies: int, device: Any) -> float:

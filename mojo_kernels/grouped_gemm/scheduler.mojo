@@ -16,11 +16,18 @@ Semantics every path (CPU, naive GPU, SM90, SM100) shares:
   n reads plane p(n) = 0 if n < s0, 1 if n < s1, else 2, i.e. a row `token + p * T`.
   s0 and s1 are multiples of PLANE_ALIGN (= every kernel's column tile) so a tile has one plane.
 
-The scheduler: work is a linear index over (group, token tile, weight tile) for the active
-groups, groups concatenated in order; a group with `rows` tokens has
-ceil(rows / BN) * ceil(N / BM) tiles, weight tile fastest. A persistent CTA takes indices
-block_idx.x, block_idx.x + grid_dim.x, ...; every warp role runs its own copy and they agree
-without talking. It reads a_offsets / expert_ids / expert_usage_stats on the device only.
+The scheduler: work is a linear index over the tiles of the active groups, groups
+concatenated in order; a group with `rows` tokens has R = ceil(rows / BN) token tiles and
+W = ceil(N / BM) weight tiles. A persistent CTA takes indices block_idx.x, block_idx.x +
+grid_dim.x, ...; every warp role runs its own copy and they agree without talking. It reads
+a_offsets / expert_ids / expert_usage_stats on the device only.
+
+Order inside a group (`panel_tile`): panels of p = ceil(grid / R) weight tiles, each panel's
+p x R tiles one after another (weight tile fastest inside the panel). The grid's CTAs work on
+about one panel at a time, so every weight tile is read from HBM once and the group's token
+tiles stay in L2 across its panels. With the weight tile fastest over the whole group, a group
+wider than one wave (Mixtral's gate_up: W = 224, R = 4 at T = 4096) re-read its weights from
+HBM once per token tile. R = 1 (every decode group) keeps that order exactly.
 """
 
 from std.math import ceildiv
@@ -141,6 +148,23 @@ def active_groups(stats: U32Ptr, G: Int) -> Int:
     return min(Int(stats[unsafe_offset=1]), G)
 
 
+@always_inline
+def panel_tile(local: Int, R: Int, W: Int, wave: Int) -> Tuple[Int, Int]:
+    """(token tile, weight tile) of tile `local` of a group of R token tiles x W weight tiles,
+    in the panel order (module docstring): panels of p = ceil(wave / R) weight tiles (at most
+    W), the last one narrower. A bijection of [0, R W) onto the tiles (R >= 1). 32-bit
+    arithmetic: 64-bit divisions cost the persistent kernels registers (spills)."""
+    var r = UInt32(R)
+    var w = UInt32(W)
+    var p = min(w, max(UInt32(1), (UInt32(wave) + r - 1) // r))
+    var span = p * r
+    var panel = UInt32(local) // span
+    var w0 = panel * p
+    var pw = min(p, w - w0)
+    var within = UInt32(local) - panel * span
+    return (Int(within // pw), Int(w0 + within % pw))
+
+
 @fieldwise_init
 struct WorkTile(ImplicitlyCopyable):
     """One unit of work: a weight tile x token tile of one group."""
@@ -175,6 +199,7 @@ struct GroupedTileScheduler[BM: Int, BN: Int](ImplicitlyCopyable):
     var group_start: Int
     var group_end: Int
     var group_tiles: Int
+    var group_token_tiles: Int
     var idx: Int
     var stride: Int
 
@@ -200,6 +225,7 @@ struct GroupedTileScheduler[BM: Int, BN: Int](ImplicitlyCopyable):
         self.group_start = 0
         self.group_end = 0
         self.group_tiles = 0
+        self.group_token_tiles = 0
         self.idx = first
         self.stride = stride
 
@@ -210,7 +236,8 @@ struct GroupedTileScheduler[BM: Int, BN: Int](ImplicitlyCopyable):
         self.group_start = r[0]
         self.group_end = r[1]
         var rows = max(r[1] - r[0], 0)
-        self.group_tiles = ceildiv(rows, Self.BN) * self.n_weight_tiles
+        self.group_token_tiles = ceildiv(rows, Self.BN)
+        self.group_tiles = self.group_token_tiles * self.n_weight_tiles
 
     @always_inline
     def next(mut self) -> WorkTile:
@@ -228,7 +255,8 @@ struct GroupedTileScheduler[BM: Int, BN: Int](ImplicitlyCopyable):
             self._enter_group(self.group + 1)
         var local = self.idx - self.group_base
         self.idx += self.stride
-        var m = (local % self.n_weight_tiles) * Self.BM
-        var row0 = self.group_start + (local // self.n_weight_tiles) * Self.BN
+        var tiles = panel_tile(local, self.group_token_tiles, self.n_weight_tiles, self.stride)
+        var m = tiles[1] * Self.BM
+        var row0 = self.group_start + tiles[0] * Self.BN
         var expert = Int(self.expert_ids[unsafe_offset=self.group])
         return WorkTile(self.group, expert, m, row0, self.group_end, False)

@@ -125,6 +125,10 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
     # many k-tiles and tiles per CTA: the stage ring wraps across tiles
     run_case[dtype, 0, 0, False, False](ctx, "prefill_big", 2000, 1024, 512, 3,
         [0, 900, 1999, 2000], [1, 2, 0], 3)
+    # a group of 17 token tiles over 11 weight tiles: the scheduler's panels (8 weight tiles
+    # for 132 CTAs, then a narrower last one) next to a one-tile group
+    run_case[dtype, 0, 0, False, False](ctx, "prefill_panels", 4200, 72, 1408, 2,
+        [0, 4100, 4200], [1, 0], 2)
     # K * 2 bytes not a multiple of 16: the TMA-less fallback
     run_case[dtype, 0, 0, False, False](ctx, "odd_k", 50, 100, 136, 2,
         [0, 20, 50], [1, 0], 2)
@@ -375,3 +379,5 @@ def main() raises:
         bench_tiles(ctx, "mixtral_up", 128, 8, 28672, 4096)
         bench_tiles(ctx, "mixtral_up", 1024, 8, 28672, 4096)
         bench_tiles(ctx, "mixtral_down", 1024, 8, 4096, 14336)
+        # Llama-4-Scout (16 experts, gate_up N = 16384 K = 5120) at 1024 rows per expert
+        bench_tiles(ctx, "scout_up", 1024, 16, 16384, 5120)

@@ -6,7 +6,7 @@ tokens): CTA `rank` of a cluster computes the logits of its share of the experts
 block; warp w takes local experts w, w + ROUTER_WARPS, ... two at a time, each lane holding
 CHUNK (LONG_CHUNK for long H slices) 16-byte vectors of both weight rows in registers while it runs them over the block's
 token rows, float32 partial dots reduced by shuffles into the CTA's shared memory. After a
-cluster barrier each CTA ranks BT / CS of the block's tokens, a warp per token reading the
+cluster barrier each CTA ranks ceil(BT / CS) of the block's tokens, a warp per token reading the
 token's E logits from all the cluster's CTAs (distributed shared memory): K rounds of "largest
 key below the previous pick" (route.mojo), each a strided scan plus a warp max; lane 0 writes
 the ids and the softmax. So even one decode token is routed by CS SMs (the router weight is
@@ -28,8 +28,10 @@ Pass 2 walks the segments again: an assignment's row is its (w, e) base plus its
 same-expert lanes of its step; the group's lowest lane then advances the base.
 
 Decode batches of at most DECODE_BLOCK tokens with few assignments (`router_groups`) launch the
-router alone: one cluster holds every token, and after a cluster barrier its CTA 0 groups them
-(`_group_small`, the same order), one launch less per MoE layer.
+router alone: one cluster holds every token in a block of the smallest power of two >= T (a
+lane's partial dots cover the block's tokens, so a one-token step computes one dot per weight
+vector, not DECODE_BLOCK), and after a cluster barrier its CTA 0 groups them (`_group_small`,
+the same order), one launch less per MoE layer.
 """
 
 from std.math import ceildiv, exp
@@ -135,17 +137,18 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool, CH: Int](
 ):
     """A cluster of CS CTAs routes tokens [cluster * BT, +BT): CTA `rank` computes the logits of
     experts [rank * EPC, +EPC) (EPC = ceil(E / CS)) for all BT tokens into its shared memory,
-    then, after a cluster barrier, ranks tokens [rank * BT / CS, +BT / CS) (one warp each) from
+    then, after a cluster barrier, ranks tokens [rank * TPR, +TPR) of the block (TPR = ceil(BT /
+    CS), one warp each; CTAs past the block's tokens rank none) from
     all CTAs' logits (distributed shared memory): top-K ids and the softmax weights.
     HS = `router_h_slices(EPC, H)`: when the CTA has fewer expert pairs than warps, the warps
     split H in HS slices (more loads in flight: the weight stream is latency-bound), partial
-    dots summed in slice order. Dynamic shared memory: BT * EPC + (BT / CS) * E float32, plus
+    dots summed in slice order. Dynamic shared memory: BT * EPC + TPR * E float32, plus
     HS * BT * EPC when HS > 1. GROUP (one cluster holds every token, `router_groups`): after a
     cluster barrier (release / acquire: every CTA's ids and weights are visible), CTA 0 also
     groups the T * K assignments (`_group_small`; its shared memory is free by then: the barrier
     also ends every remote read), so the op launches one kernel."""
-    comptime TPR = BT // CS
-    comptime assert TPR * CS == BT and TPR <= ROUTER_WARPS, "BT / CS tokens per CTA, a warp each"
+    comptime TPR = ceildiv(BT, CS)
+    comptime assert TPR <= ROUTER_WARPS, "ceil(BT / CS) tokens per CTA, a warp each"
     comptime assert 2 * BT <= WARP_SIZE and WARP_SIZE % (2 * BT) == 0, "2 BT partial dots per lane"
     comptime SPAN = WARP_SIZE * VEC
     """Columns one 16-byte load of every lane covers."""
@@ -696,7 +699,7 @@ def launch_router[dtype: DType, CS: Int, BT: Int, GROUP: Bool = False](
     GROUP (T <= BT and `router_groups(T K, E)`) it also writes the grouping outputs."""
     var epc = ceildiv(E, CS)
     var hs = router_h_slices(epc, H)
-    var smem = (BT * epc * (1 + (hs if hs > 1 else 0)) + (BT // CS) * E) * 4
+    var smem = (BT * epc * (1 + (hs if hs > 1 else 0)) + ceildiv(BT, CS) * E) * 4
     comptime if GROUP:
         smem = max(smem, (E + T * K) * 4)
     comptime if BT <= DECODE_BLOCK:  # 16-token blocks at LONG_CHUNK spill (ptxas: 528 bytes)
@@ -809,13 +812,19 @@ def route_gpu[dtype: DType](
     `router_groups(T K, E)`, the router alone grouping in its CTA 0 (decode: one launch)."""
     comptime path = gpu_path[FORCE_AUTO]()
     if 0 < T and T <= DECODE_BLOCK and router_groups(T * K, E):
-        comptime if has_clusters(path):
-            launch_router[dtype, 8, DECODE_BLOCK, True](x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
-                                             T, H, E, K, x_stride, ctx)
-        else:
-            launch_router[dtype, 1, DECODE_BLOCK, True](x, w, ids, weights, token_index, row_scale, inverse, offsets, stats,
-                                             T, H, E, K, x_stride, ctx)
-        return
+        # the block is the smallest power of two holding the batch: a lane's partial dots cover
+        # the block's tokens, so one decode token costs one dot per weight vector, not 8
+        comptime assert DECODE_BLOCK == 8, "decode blocks of 1, 2, 4 or 8 tokens"
+        comptime for i in range(4):
+            comptime bt = 1 << i
+            if T <= bt and (i == 0 or T > bt // 2):
+                comptime if has_clusters(path):
+                    launch_router[dtype, 8, bt, True](x, w, ids, weights, token_index, row_scale, inverse, offsets,
+                                                      stats, T, H, E, K, x_stride, ctx)
+                else:
+                    launch_router[dtype, 1, bt, True](x, w, ids, weights, token_index, row_scale, inverse, offsets,
+                                                      stats, T, H, E, K, x_stride, ctx)
+                return
     if T > 0:
         # prefill with few enough experts: the tensor-core router on every target with mma.sync;
         # otherwise clusters where the target has them (8 CTAs per 8 tokens at decode)
