@@ -344,35 +344,34 @@ def bench_ksub(ctx: DeviceContext, name: StaticString, G: Int, N: Int, K: Int, s
     var bp = b.unsafe_ptr().as_unsafe_any_origin()
     var rp = rs.unsafe_ptr().as_unsafe_any_origin()
     var sp = stats.unsafe_ptr().as_unsafe_any_origin()
-    var one = List[Float64]()
-    var two = List[Float64]()
-    comptime if gpu_path[FORCE_AUTO]() != PATH_HOPPER:
-        return  # the SM90 kernels exist on sm_90a only
-    for rep_i in range(7):
-        comptime for v in range(2):
-            ctx.synchronize()
-            var t0 = perf_counter_ns()
-            for i in range(iters):
-                var st = i % SETS
-                var op = offs.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * (G + 1))
-                var ip = eids.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * G)
-                if swiglu:
-                    grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, True, True, v + 1](
-                        cp, ap, bp, op, ip, sp, rp, shape, ctx)
-                else:
-                    grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, True, v + 1](
-                        cp, ap, bp, op, ip, sp, rp, shape, ctx)
-            ctx.synchronize()
-            if rep_i > 0:
-                var us = Float64(perf_counter_ns() - t0) / 1e3 / Float64(iters)
-                if v == 0:
-                    one.append(us)
-                else:
-                    two.append(us)
-    sort(one)
-    sort(two)
-    print("ksub", name, "G =", G, "tokens =", tokens, "N =", N, "K =", K, "swiglu =", swiglu,
-          " KSUB=1", one[len(one) // 2], "us  KSUB=2", two[len(two) // 2], "us")
+    comptime if gpu_path[FORCE_AUTO]() == PATH_HOPPER:  # the SM90 kernels exist on sm_90a only
+        var one = List[Float64]()
+        var two = List[Float64]()
+        for rep_i in range(7):
+            comptime for v in range(2):
+                ctx.synchronize()
+                var t0 = perf_counter_ns()
+                for i in range(iters):
+                    var st = i % SETS
+                    var op = offs.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * (G + 1))
+                    var ip = eids.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * G)
+                    if swiglu:
+                        grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, True, True, v + 1](
+                            cp, ap, bp, op, ip, sp, rp, shape, ctx)
+                    else:
+                        grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, True, v + 1](
+                            cp, ap, bp, op, ip, sp, rp, shape, ctx)
+                ctx.synchronize()
+                if rep_i > 0:
+                    var us = Float64(perf_counter_ns() - t0) / 1e3 / Float64(iters)
+                    if v == 0:
+                        one.append(us)
+                    else:
+                        two.append(us)
+        sort(one)
+        sort(two)
+        print("ksub", name, "G =", G, "tokens =", tokens, "N =", N, "K =", K, "swiglu =", swiglu,
+              " KSUB=1", one[len(one) // 2], "us  KSUB=2", two[len(two) // 2], "us")
 
 
 def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N: Int, K: Int) raises:
