@@ -7,7 +7,7 @@
 # Forced paths (FORCE_* of common/target.mojo) through the same launcher: Ampere runs the
 # mma.sync kernel (naive for odd K), portable the naive kernel.
 #   scripts/build-gpu-bin tests/mojo/grouped_gpu_harness.mojo
-#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench | sparse | tiles | ksub]
+#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench]
 # Prints one line per case and "ALL PASS" (exit 0) or raises.
 from std.math import ceildiv
 from std.sys import argv
@@ -280,100 +280,6 @@ def bench_sparse(ctx: DeviceContext, name: StaticString, G: Int, N: Int, K: Int,
           " time =", us, "us  active weight TB/s =", Float64(ACTIVE * N * K * 2) / us / 1e6)
 
 
-def bench_ksub(ctx: DeviceContext, name: StaticString, G: Int, N: Int, K: Int, swiglu: Bool,
-                tokens: Int, iters: Int) raises:
-    """Times the SM90 decode tile (BN = DECODE_BN) with one and with two BK-column blocks per ring
-    stage, alternating, on an MoE block's decode groups: `tokens` tokens routed top-8 over G
-    experts (a group per expert, pseudo-random experts per token), 4 rotating routings, bf16,
-    row scale on. Reports the median µs per call of each over 6 alternations."""
-    comptime dtype = DType.bfloat16
-    comptime SETS = 4
-    comptime TOPK = 8
-    var R = tokens * TOPK
-    var Nc = N // 2 if swiglu else N
-    var a = ctx.enqueue_create_buffer[dtype](R * K)
-    var b = ctx.enqueue_create_buffer[dtype](G * N * K)
-    var c = ctx.enqueue_create_buffer[dtype](R * Nc)
-    var rs = ctx.enqueue_create_buffer[DType.float32](R)
-    var offs = ctx.enqueue_create_buffer[DType.uint32](SETS * (G + 1))
-    var eids = ctx.enqueue_create_buffer[DType.int32](SETS * G)
-    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
-    ctx.enqueue_function[_fill_kernel[dtype]](a.unsafe_ptr().as_unsafe_any_origin(), Int64(R * K),
-        UInt32(1), grid_dim=ceildiv(R * K, 256), block_dim=256)
-    ctx.enqueue_function[_fill_kernel[dtype]](b.unsafe_ptr().as_unsafe_any_origin(), Int64(G * N * K),
-        UInt32(2), grid_dim=ceildiv(G * N * K, 256), block_dim=256)
-    with rs.map_to_host() as h:
-        for t in range(R):
-            h[t] = 0.125
-    var seed: UInt32 = 99
-    var most = 0
-    with offs.map_to_host() as h:
-        for st in range(SETS):
-            var counts = List[Int]()
-            for _ in range(G):
-                counts.append(0)
-            for _ in range(tokens):
-                var picked = List[Int]()
-                while len(picked) < TOPK:
-                    seed = seed * 1664525 + 1013904223
-                    var e = Int(seed >> 8) % G
-                    var fresh = True
-                    for q in picked:
-                        if q == e:
-                            fresh = False
-                    if fresh:
-                        picked.append(e)
-                for e in picked:
-                    counts[e] += 1
-            var row = 0
-            for g in range(G + 1):
-                h[st * (G + 1) + g] = UInt32(row)
-                if g < G:
-                    row += counts[g]
-                    most = max(most, counts[g])
-    with eids.map_to_host() as h:
-        for st in range(SETS):
-            for g in range(G):
-                h[st * G + g] = Int32(g)
-    with stats.map_to_host() as h:
-        h[0] = UInt32(most)
-        h[1] = UInt32(G)
-    var shape = GroupedShape(T=R, K=K, N=N, Nc=Nc, E=G, G=G, a_rows=R)
-    var cp = c.unsafe_ptr().as_unsafe_any_origin()
-    var ap = a.unsafe_ptr().as_unsafe_any_origin()
-    var bp = b.unsafe_ptr().as_unsafe_any_origin()
-    var rp = rs.unsafe_ptr().as_unsafe_any_origin()
-    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
-    comptime if gpu_path[FORCE_AUTO]() == PATH_HOPPER:  # the SM90 kernels exist on sm_90a only
-        var one = List[Float64]()
-        var two = List[Float64]()
-        for rep_i in range(7):
-            comptime for v in range(2):
-                ctx.synchronize()
-                var t0 = perf_counter_ns()
-                for i in range(iters):
-                    var st = i % SETS
-                    var op = offs.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * (G + 1))
-                    var ip = eids.unsafe_ptr().as_unsafe_any_origin().unsafe_offset(st * G)
-                    if swiglu:
-                        grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, True, True, v + 1](
-                            cp, ap, bp, op, ip, sp, rp, shape, ctx)
-                    else:
-                        grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, True, v + 1](
-                            cp, ap, bp, op, ip, sp, rp, shape, ctx)
-                ctx.synchronize()
-                if rep_i > 0:
-                    var us = Float64(perf_counter_ns() - t0) / 1e3 / Float64(iters)
-                    if v == 0:
-                        one.append(us)
-                    else:
-                        two.append(us)
-        sort(one)
-        sort(two)
-        print("ksub", name, "G =", G, "tokens =", tokens, "N =", N, "K =", K, "swiglu =", swiglu,
-              " KSUB=1", one[len(one) // 2], "us  KSUB=2", two[len(two) // 2], "us")
-
-
 def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N: Int, K: Int) raises:
     """Times the SM90 kernel's token tiles on G groups of about avg_rows rows (+- 2 sqrt(avg_rows),
     like uniform top-k routing), bf16: BN = 32, 128 and 256 with their widths and BN = 256 with
@@ -459,15 +365,6 @@ def main() raises:
             bench_sparse(ctx, "olmoe_down", 64, 2048, 1024, False, 200)
             bench_sparse(ctx, "qwen3_up", 128, 1536, 2048, True, 200)
             bench_sparse(ctx, "qwen3_down", 128, 2048, 768, False, 200)
-    if len(args) > 1 and args[1] == "ksub":
-        # the decode tile's blocks per ring stage on an MoE decoder's layers: OLMoE gate_up
-        # (N = 2048, K = 2048, SwiGLU) and down (K = 1024) at 1 / 8 / 64 tokens, and a long-K
-        # layer (DeepSeek-V3-sized K = 7168)
-        for t in [1, 8, 64]:
-            bench_ksub(ctx, "olmoe_up", 64, 2048, 2048, True, t, 100)
-            bench_ksub(ctx, "olmoe_down", 64, 2048, 1024, False, t, 100)
-        bench_ksub(ctx, "long_k", 64, 2048, 7168, False, 1, 50)
-        bench_ksub(ctx, "long_k", 64, 2048, 7168, False, 8, 50)
     if len(args) > 1 and args[1] == "tiles":
         # OLMoE (64 experts, gate_up N = 2048 K = 2048; down N = 2048 K = 1024) over group sizes
         for r in [16, 32, 48, 64, 96, 128, 160, 192, 256, 512]:

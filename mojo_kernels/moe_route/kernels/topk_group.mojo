@@ -30,8 +30,9 @@ same-expert lanes of its step; the group's lowest lane then advances the base.
 Decode batches of at most DECODE_BLOCK tokens with few assignments (`router_groups`) launch the
 router alone: one cluster holds every token in a block of the smallest power of two >= T (a
 lane's partial dots cover the block's tokens, so a one-token step computes one dot per weight
-vector, not DECODE_BLOCK), and after a cluster barrier its CTA 0 groups them (`_group_small`,
-the same order), one launch less per MoE layer.
+vector, not DECODE_BLOCK; targets without clusters keep blocks of DECODE_BLOCK), and after a
+cluster barrier its CTA 0 groups them (`_group_small`, the same order), one launch less per MoE
+layer.
 """
 
 from std.math import ceildiv, exp
@@ -812,19 +813,21 @@ def route_gpu[dtype: DType](
     `router_groups(T K, E)`, the router alone grouping in its CTA 0 (decode: one launch)."""
     comptime path = gpu_path[FORCE_AUTO]()
     if 0 < T and T <= DECODE_BLOCK and router_groups(T * K, E):
-        # the block is the smallest power of two holding the batch: a lane's partial dots cover
-        # the block's tokens, so one decode token costs one dot per weight vector, not 8
-        comptime assert DECODE_BLOCK == 8, "decode blocks of 1, 2, 4 or 8 tokens"
-        comptime for i in range(4):
-            comptime bt = 1 << i
-            if T <= bt and (i == 0 or T > bt // 2):
-                comptime if has_clusters(path):
+        comptime if has_clusters(path):
+            # the block is the smallest power of two holding the batch: a lane's partial dots
+            # cover the block's tokens, so one decode token costs one dot per weight vector, not
+            # 8 (targets without clusters keep one block size: one CTA per 8 tokens there)
+            comptime assert DECODE_BLOCK == 8, "decode blocks of 1, 2, 4 or 8 tokens"
+            comptime for i in range(4):
+                comptime bt = 1 << i
+                if T <= bt and (i == 0 or T > bt // 2):
                     launch_router[dtype, 8, bt, True](x, w, ids, weights, token_index, row_scale, inverse, offsets,
                                                       stats, T, H, E, K, x_stride, ctx)
-                else:
-                    launch_router[dtype, 1, bt, True](x, w, ids, weights, token_index, row_scale, inverse, offsets,
-                                                      stats, T, H, E, K, x_stride, ctx)
-                return
+                    return
+        else:
+            launch_router[dtype, 1, DECODE_BLOCK, True](x, w, ids, weights, token_index, row_scale, inverse, offsets,
+                                             stats, T, H, E, K, x_stride, ctx)
+            return
     if T > 0:
         # prefill with few enough experts: the tensor-core router on every target with mma.sync;
         # otherwise clusters where the target has them (8 CTAs per 8 tokens at decode)
