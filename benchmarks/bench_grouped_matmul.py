@@ -481,10 +481,10 @@ def run_ours(rows: dict[tuple[str, int, str], dict[str, Any]], d: Device,
                        weight_copies=nw, TFLOPs=st["flops"] / sec / 1e12,
                        w_TBps=st["w_bytes"] / sec / 1e12, TBps=st["io_bytes"] / sec / 1e12)
             if d.gpu:  # issue 20's clock: our kernels' CUPTI time in the graph that gave ours_us
-                total = harness.trace_kernel_union_us(
+                union = harness.trace_kernel_union_us(
                     *((m_one, one_args) if one_op else (m_many, args)), d.sync)
-                if total:
-                    row["kernel_us"] = total / (1 if one_op else copies)
+                if union:
+                    row["kernel_us"] = union / (1 if one_op else copies)
                     row["kw_TBps"] = st["w_bytes"] / row["kernel_us"] / 1e6
             if d.gpu and replay_wanted(case.T):  # the graph that gave ours_us, captured
                 row["replay_us"] = harness.try_us(

@@ -642,8 +642,8 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], loaded: OursLoaded,
                 # every M: issue 19 compares kernel clocks (humming and cuBLAS by do_bench):
                 # the trace of the captured replay where one runs (the graph as a server
                 # runs it), else of one execute
-                total = harness.trace_kernel_union_us(model, args, sync)
-                row["exec_kernel_us"] = total / copies if total else None
+                union = harness.trace_kernel_union_us(model, args, sync)
+                row["exec_kernel_us"] = union / copies if union else None
                 row["kernel_us"] = row["exec_kernel_us"]
                 if replay_wanted(m):
                     try:
@@ -750,8 +750,8 @@ def run_max_builtin(rows: dict[tuple[str, int], dict[str, Any]],
             row["max_us"] = sec * 1e6
             row["max_host_us"] = harness.time_max_host(model, args, R, acc.synchronize) * 1e6
             if m <= MAX_TRACE_MAX_M:  # every kernel of this graph is MAX's qmatmul
-                total = harness.trace_kernel_union_us(model, args, acc.synchronize, "")
-                row["max_kernel_us"] = total / R if total else None
+                union = harness.trace_kernel_union_us(model, args, acc.synchronize, "")
+                row["max_kernel_us"] = union / R if union else None
             if replay_wanted(m):
                 row["max_replay_us"] = harness.try_us(f"max {name} M={m}",
                                                       harness.time_max_replay, model, args, R,

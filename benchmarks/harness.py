@@ -138,13 +138,12 @@ def trace_kernel_union_us(model: Any, args: Sequence[Any], synchronize: Callable
     wall time), the union counts it once. Divided by the ops per graph it is the kernel time
     per op, also when an op launches several kernels. None when torch is missing, the trace
     fails or has no such kernel."""
-    model.execute(*args)
-    synchronize()
 
     def once() -> None:
         model.execute(*args)
         synchronize()
 
+    once()  # warm-up: the traced execute is not the first
     spans = _traced_spans(once, name_part)
     return _union_us(spans) if spans else None
 

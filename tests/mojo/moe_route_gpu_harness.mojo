@@ -181,8 +181,8 @@ def main() raises:
     # the router's CTA 0 grouping (T <= 8, router_groups): E past the CTA's threads (4 experts
     # a thread at E = 1024, above), DeepSeek-V3's decode router, top-1
     ok = run_case[DType.bfloat16](ctx, 8, 7168, 256, 8, 200) and ok
-    # decode blocks of 1, 2 and 4 tokens at DeepSeek-V3's router size (one cluster, grouped
-    # by its CTA 0)
+    # decode blocks of 1 and 2 tokens at DeepSeek-V3's router size and of 4 at OLMoE's (one
+    # cluster, grouped by its CTA 0)
     ok = run_case[DType.bfloat16](ctx, 1, 7168, 256, 8, 200) and ok
     ok = run_case[DType.float16](ctx, 2, 7168, 256, 8, 0) and ok
     ok = run_case[DType.bfloat16](ctx, 4, 2048, 64, 8, 200) and ok
