@@ -119,6 +119,13 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
         [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 37)
     run_case[dtype, 0, 0, False, False](ctx, "decode_sparse_groups_active_29", 16, 128, 256, 40,
         [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 29)
+    # odd N (rows of odd length), with and without the row scale
+    run_case[dtype, 0, 0, False, True](ctx, "decode_odd_n_scale", 20, 136, 199, 4,
+        [0, 7, 8, 8, 20], [2, 3, -1, 0], 4)
+    run_case[dtype, 0, 0, False, False](ctx, "prefill_odd_n", 700, 200, 131, 4,
+        [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
+    run_case[dtype, 0, 0, False, True](ctx, "prefill_odd_n_scale", 700, 200, 131, 4,
+        [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
     # prefill-sized groups, K and N not multiples of the tiles
     run_case[dtype, 0, 0, False, False](ctx, "prefill", 700, 328, 328, 4,
         [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
