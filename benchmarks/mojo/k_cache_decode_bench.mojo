@@ -13,8 +13,7 @@ from k_cache_gpu_harness import rep, run_case
 def main() raises:
     var ctx = DeviceContext()
     # OLMoE's K/V width (N = 2048, K = 2048) at decode, and the same 8 MB of weight as one
-    # 4096-row half (the LARGE_N configs): the fused K+V launch covers 2 x 2048 rows with the
-    # small-N config
+    # 4096-row half (the LARGE_N configs, which the fused K+V launch of 2 x 2048 rows takes)
     run_case[DType.bfloat16, 16, 128, 1, 128, 40, 1, 128, 128](
         ctx, String("N=2048 K=2048 T=1"), 2048, rep(1, 1), rep(1, 300), 0, False, False, 200, wcopies=4)
     run_case[DType.bfloat16, 32, 128, 1, 128, 40, 1, 128, 128](

@@ -26,10 +26,9 @@ barrier() only. First match wins:
    (MT, NB, U) = (1, 1, 4) for T <= 16, (2, 2, 2) for T <= WGMMA_MIN_TOKENS, else (2, 4, 1);
    from N = LARGE_N rows: (1, 2, 2) with late row resolution for T <= 16, (4, 4, 1) up to
    WGMMA_MIN_TOKENS (the MMA_* configs). The fused K+V op (one launch, 2 N rows of CTAs)
-   counts both halves' rows for T <= 16 and 32 < T <= 64: OLMoE's N = K = 2048 (H100) runs
-   6.9 µs at T = 1 and 11.3 at T = 64 with the LARGE_N configs against ~10.7 and 16.2 with
-   the per-half ones; at T = 32, where one 32-token tile holds every token, the per-half
-   (2, 2, 2) stays (8.9 µs against 10.4 with (4, 4, 1)).
+   counts both halves' rows for T <= 16 and 32 < T <= 64; at 17-32 tokens one 32-token tile
+   of (2, 2, 2) holds every token and the per-half config stays (measurements:
+   docs/design/k_matmul_ragged_paged_scale.md, "Fused K and V").
 5. Anything else (any granularity): `simt_kernel` (kernels/simt.mojo), fp32 FMAs from
    shared-memory tiles.
 """

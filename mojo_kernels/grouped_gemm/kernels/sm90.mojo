@@ -282,8 +282,7 @@ def grouped_sm90_kernel[
         # behind it: lane l loads rows row0 + 32 i + l (BN / 32 coalesced loads), and the
         # epilogue takes each token's scale from the lane holding it by a shuffle. Loaded next
         # to each store instead (after a store to c, which it may alias, so neither LLVM nor
-        # ptxas moves it up), every row waited out a load latency: down projections at
-        # T = 4096 (K = 768-1408) ran 21-30 % longer than without a row scale.
+        # ptxas moves it up), every row waits out a load latency while the tensor cores idle.
         comptime if has_row_scale:
             comptime for i in range(BN // 32):
                 var srow = work.row0 + 32 * i + lane
