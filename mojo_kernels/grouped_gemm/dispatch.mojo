@@ -12,7 +12,9 @@ from .kernels.naive import grouped_matmul_gpu_naive
 from .kernels.sm90 import grouped_matmul_sm90
 from .kernels.sm100 import grouped_matmul_sm100
 from .scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, U32Ptr
-from .tuning_sm90 import DECODE_BN, DECODE_KSUB, DECODE_WIDTHS, GROUP_SPREAD, MID_BN, PREFILL_BN, TILE_WIDTHS
+from .tuning_sm90 import (
+    DECODE_BN, DECODE_KSUB, DECODE_WIDTHS, GROUP_SPREAD, MID_BN, MID_STAGED, PREFILL_BN, PREFILL_STAGED, TILE_WIDTHS
+)
 
 
 def use_decode_tiles(shape: GroupedShape) -> Bool:
@@ -99,10 +101,10 @@ def grouped_matmul_gpu[
                 grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, s0, s1, swiglu, has_row_scale, DECODE_KSUB](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             elif regime == 1:
-                grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale](
+                grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, MID_STAGED](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             else:
-                grouped_matmul_sm90[dtype, PREFILL_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale](
+                grouped_matmul_sm90[dtype, PREFILL_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, PREFILL_STAGED](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
         else:
             # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the

@@ -17,6 +17,14 @@ deeper ring than BN = 256 (7 stages against 4)."""
 comptime PREFILL_BN = 256
 """Token tile when groups are large (prefill): measured on the H200 (SM90, bf16, 8 groups x
 1024 tokens, N = 4096, K = 7168): BN = 64 372, 128 521, 256 754 TFLOP/s."""
+comptime PREFILL_STAGED = True
+"""PREFILL_BN tiles store through shared memory (kernels/sm90.mojo, `STAGED`): 8x fewer store
+instructions, at the cost of 18 KB of round buffers (the ring keeps its 4 stages); 1-18 %
+faster on every prefill shape measured (docs/design/grouped_matmul_sm100_persistent.md)."""
+comptime MID_STAGED = False
+"""MID_BN tiles keep fragment-order stores: the round buffers cost them a ring stage (7 -> 6),
+and at 64 rows per group the staged epilogue was 1.4 % slower on OLMoE gate_up (K = 2048) and
+2-3 % faster on its down projection (K = 1024)."""
 comptime TILE_WIDTHS = 4
 """MID_BN / PREFILL_BN tiles run wgmma N = BN / 4, BN / 2, 3 BN / 4 or BN, the narrowest that
 covers the tile's rows: a group's last token tile usually holds a few rows."""

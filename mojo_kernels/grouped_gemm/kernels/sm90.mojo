@@ -12,12 +12,16 @@ Persistent, warp-specialized, swap-AB:
   a ring of STAGES shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
   holds KSUB such 64-column blocks (decode tiles: 2, so each weight row is read 256 bytes at a
   time; a tile's last stage may hold one); STAGES is the most that fits in the 227 KiB a CTA
-  may opt into;
+  may opt into, next to the staged epilogue's round buffers;
 - warpgroups 1 and 2 are the consumers: each waits on "full", issues wgmma m64nBNk16 on its
   64 weight rows straight from shared memory with fp32 accumulators in registers (one wgmma
-  group kept in flight), releases the stage, and at the end of a tile runs the epilogue from registers (SwiGLU / row scale,
-  masks rows past the group's end and columns past N, stores to c). The producer is already
-  loading the next tile meanwhile (the ring runs across tiles).
+  group kept in flight), releases the stage, and at the end of a tile runs the epilogue
+  (SwiGLU / row scale, masks rows past the group's end and columns past N, stores to c). The
+  producer is already loading the next tile meanwhile (the ring runs across tiles);
+- epilogue stores (`STAGED`): prefill tiles go through shared memory (`_staged_epilogue`:
+  stmatrix writes each round of 64 tokens token-major, then 16-byte row pieces go to c); the
+  other tiles store from the fragments (2 bytes per thread and store), which keeps their ring
+  a stage deeper.
 Token rows past the group's end (the next group's rows, or zeros past A_rows) are loaded but
 never stored; K past the end is zero-filled by TMA. A group with an invalid expert loads
 nothing and its rows are written as zeros.
@@ -31,9 +35,12 @@ from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
 from max.gpu.host import DeviceAttribute, DeviceContext, FuncAttribute
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
+from max.gpu.compute.mma import st_matrix
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.primitives.warp import shuffle_idx
+from max.gpu.sync import named_barrier
+from std.memory import bitcast
 from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
@@ -70,14 +77,31 @@ def sm90_stage_bytes[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
     return KSUB * (BM + BN) * BK * size_of[dtype]()
 
 
-def sm90_stages[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
-    """Pipeline depth: as many stages as fit next to their 2 mbarriers each."""
-    return min(MAX_STAGES, SMEM_BUDGET_SM90 // (sm90_stage_bytes[dtype, BN, KSUB]() + 16))
+comptime EPI_TOKENS = 64
+"""Tokens per round of the staged epilogue (`STAGED`): each consumer's round buffer holds
+EPI_TOKENS rows of its 64 output columns."""
+comptime EPI_STRIDE = WG_M + 8
+"""Elements per token row of a round buffer: 64 columns (32 after SwiGLU) and 16 bytes of
+padding, so that the 8 token rows one stmatrix writes fall on distinct banks (144-byte rows
+start 4 banks apart; 80-byte SwiGLU rows use the same stride)."""
 
 
-def sm90_smem_bytes[dtype: DType, BN: Int, KSUB: Int = 1]() -> Int:
-    comptime stages = sm90_stages[dtype, BN, KSUB]()
-    return stages * sm90_stage_bytes[dtype, BN, KSUB]() + 2 * stages * 8
+def sm90_epi_bytes[dtype: DType, STAGED: Bool]() -> Int:
+    """Shared memory of the staged epilogue's round buffers (one per consumer), 0 without it."""
+    return NUM_CONSUMERS * EPI_TOKENS * EPI_STRIDE * size_of[dtype]() if STAGED else 0
+
+
+def sm90_stages[dtype: DType, BN: Int, KSUB: Int = 1, STAGED: Bool = False]() -> Int:
+    """Pipeline depth: as many stages as fit next to their 2 mbarriers each and the epilogue's
+    round buffers."""
+    return min(
+        MAX_STAGES, (SMEM_BUDGET_SM90 - sm90_epi_bytes[dtype, STAGED]()) // (sm90_stage_bytes[dtype, BN, KSUB]() + 16)
+    )
+
+
+def sm90_smem_bytes[dtype: DType, BN: Int, KSUB: Int = 1, STAGED: Bool = False]() -> Int:
+    comptime stages = sm90_stages[dtype, BN, KSUB, STAGED]()
+    return stages * sm90_stage_bytes[dtype, BN, KSUB]() + 2 * stages * 8 + sm90_epi_bytes[dtype, STAGED]()
 
 
 @always_inline
@@ -157,6 +181,97 @@ def _consume_tile[dtype: DType, BN: Int, NV: Int, STAGES: Int, KSUB: Int](
         _ = empty[unsafe_offset=prev].arrive()
 
 
+@always_inline
+def _staged_epilogue[dtype: DType, BN: Int, swiglu: Bool, has_row_scale: Bool](
+    accum_ptr: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.LOCAL],
+    scales_ptr: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.LOCAL],
+    buf: SmemPtr[Scalar[dtype]],
+    c: ElemPtr[dtype],
+    Nc: Int,
+    row0: Int,
+    row_end: Int,
+    col0: Int,
+    sub: Int,
+    ctid: Int,
+):
+    """One consumer's epilogue through shared memory, EPI_TOKENS tokens per round: stmatrix
+    (transposed) writes the rounded outputs token-major into the consumer's round buffer `buf`,
+    then every thread stores 16-byte row pieces to c (each token's 64 columns, 32 after SwiGLU,
+    are contiguous in c: 8 or 4 lanes per token). Against the fragment-order stores (2 bytes a
+    thread, 4 tokens x 16 bytes a warp instruction) that is 8x fewer store instructions at full
+    sector width. col0: the consumer's first output column; rows >= row_end and columns >= Nc
+    are not stored. Writes the same bits as the fragment-order epilogue."""
+    comptime assert size_of[dtype]() == 2, "stmatrix moves 16-bit elements"
+    comptime assert BN % EPI_TOKENS == 0, "whole rounds per token tile"
+    comptime OW = WG_M // 2 if swiglu else WG_M
+    """Output columns of one consumer."""
+    comptime CHUNKS = OW // 8
+    """16-byte pieces per token row."""
+    comptime J_ROUND = EPI_TOKENS // 8
+    var accum = TileTensor(accum_ptr, row_major[1, WG_M * BN // 128]())
+    var scales = TileTensor(scales_ptr, row_major[1, BN // 32 if has_row_scale else 1]())
+    var warp = ctid // 32
+    var lane = ctid % 32
+    var mi = lane // 8  # the stmatrix matrix whose row address this lane gives
+    var mk = lane % 8  # and the row
+    var vec_ok = Nc % 8 == 0 and Int(c) % 16 == 0
+    comptime for r in range(BN // EPI_TOKENS):
+        # Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane / 4, tokens
+        # 8j + 2 (lane % 4) + {0, 1}); 4j + {2, 3} the same tokens, weight row + 8. Each pair is
+        # one row of an 8 x 8 (weight rows x tokens) matrix in mma layout; the transposed
+        # stmatrix stores its column t (token t) as 8 consecutive weight rows.
+        comptime if swiglu:
+            # out column 8 warp + lane / 4 = silu(row lane / 4) * (row lane / 4 + 8): one
+            # matrix per j, four per stmatrix
+            comptime for q in range(J_ROUND // 4):
+                var v = SIMD[dtype, 8]()
+                comptime for i in range(4):
+                    comptime j = r * J_ROUND + 4 * q + i
+                    comptime for h in range(2):
+                        var scale = Float32(1)
+                        comptime if has_row_scale:
+                            scale = shuffle_idx(rebind[Float32](scales[0, j // 4]),
+                                                UInt32(8 * (j % 4) + 2 * (lane % 4) + h))
+                        v[2 * i + h] = apply_epilogue[True, has_row_scale, 1](
+                            rebind[Float32](accum[0, 4 * j + h]), rebind[Float32](accum[0, 4 * j + 2 + h]),
+                            scale).cast[dtype]()
+                var t = 8 * (4 * q + mi) + mk
+                st_matrix[4, transpose=True](buf.unsafe_offset(t * EPI_STRIDE + 8 * warp), bitcast[F32, 4](v))
+        else:
+            # two matrices per j (weight rows +0 and +8), four per stmatrix
+            comptime for q in range(J_ROUND // 2):
+                var v = SIMD[dtype, 8]()
+                comptime for i in range(4):
+                    comptime j = r * J_ROUND + 2 * q + i // 2
+                    comptime for h in range(2):
+                        var scale = Float32(1)
+                        comptime if has_row_scale:
+                            scale = shuffle_idx(rebind[Float32](scales[0, j // 4]),
+                                                UInt32(8 * (j % 4) + 2 * (lane % 4) + h))
+                        v[2 * i + h] = apply_epilogue[False, has_row_scale, 1](
+                            rebind[Float32](accum[0, 4 * j + 2 * (i % 2) + h]), 0, scale).cast[dtype]()
+                var t = 8 * (2 * q + mi // 2) + mk
+                st_matrix[4, transpose=True](
+                    buf.unsafe_offset(t * EPI_STRIDE + 16 * warp + 8 * (mi % 2)), bitcast[F32, 4](v))
+        named_barrier[128](Int32(2 + sub))  # the round buffer is written
+        comptime for step in range(EPI_TOKENS * CHUNKS // 128):
+            var idx = ctid + 128 * step
+            var t = idx // CHUNKS
+            var piece = idx % CHUNKS
+            var row = row0 + r * EPI_TOKENS + t
+            var col = col0 + 8 * piece
+            if row < row_end and col < Nc:
+                var v = buf.unsafe_offset(t * EPI_STRIDE + 8 * piece).unsafe_load[width=8, alignment=16]()
+                var dst = c.unsafe_offset(row * Nc + col)
+                if vec_ok and col + 8 <= Nc:
+                    dst.unsafe_store[alignment=16](0, v)
+                else:
+                    comptime for e in range(8):
+                        if col + e < Nc:
+                            dst[unsafe_offset=e] = v[e]
+        named_barrier[128](Int32(2 + sub))  # read out before the next round overwrites it
+
+
 @__llvm_arg_metadata(w_tma, `nvvm.grid_constant`)
 @__llvm_arg_metadata(x_tma, `nvvm.grid_constant`)
 @__llvm_metadata(MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(NUM_THREADS)))
@@ -170,6 +285,7 @@ def grouped_sm90_kernel[
     s1: Int,
     swiglu: Bool,
     has_row_scale: Bool,
+    STAGED: Bool,
     w_tile: Coord,
     w_desc: Coord,
     x_tile: Coord,
@@ -205,6 +321,8 @@ def grouped_sm90_kernel[
     var x_smem = smem.unsafe_offset(SLOTS * W_ELEMS)
     var full = smem.unsafe_offset(SLOTS * (W_ELEMS + X_ELEMS)).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
+    # the staged epilogue's round buffers, one per consumer, after the barriers (16-byte aligned)
+    var epi_smem = empty.unsafe_offset(STAGES).unsafe_bitcast[Scalar[dtype]]()
 
     var tid = thread_idx.x
     launch_dependent_grids()  # PDL (common/pdl.mojo)
@@ -268,9 +386,8 @@ def grouped_sm90_kernel[
     var accum_ptr = stack_allocation[C_FRAG, Float32, address_space=AddressSpace.LOCAL]()
     var accum = TileTensor(accum_ptr, row_major[1, C_FRAG]())
     comptime SCALE_REGS = BN // 32 if has_row_scale else 1
-    var scales = TileTensor(
-        stack_allocation[SCALE_REGS, Float32, address_space=AddressSpace.LOCAL](), row_major[1, SCALE_REGS]()
-    )
+    var scales_ptr = stack_allocation[SCALE_REGS, Float32, address_space=AddressSpace.LOCAL]()
+    var scales = TileTensor(scales_ptr, row_major[1, SCALE_REGS]())
     var it = 0
     while True:
         var work = sched.next()
@@ -300,38 +417,44 @@ def grouped_sm90_kernel[
                     _consume_tile[dtype, BN, NV, STAGES, KSUB](
                         w_smem, x_smem, full, empty, accum_ptr, it, num_k, sub, ctid)
 
-        # Epilogue. Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane/4,
-        # tokens 8j + 2 (lane % 4) + {0, 1}); 4j + {2, 3} the same tokens, weight row + 8.
-        var n0 = work.m + sub * WG_M + 16 * warp + lane // 4
-        comptime for j in range(BN // 8):
-            comptime for h in range(2):
-                var row = work.row0 + 8 * j + 2 * (lane % 4) + h
-                var scale = Float32(1)
-                comptime if has_row_scale:  # a shuffle: every lane, outside the row mask
-                    scale = shuffle_idx(rebind[Float32](scales[0, j // 4]),
-                                        UInt32(8 * (j % 4) + 2 * (lane % 4) + h))
-                if row < work.row_end:
-                    var v_lo = rebind[Float32](accum[0, 4 * j + h])
-                    var v_hi = rebind[Float32](accum[0, 4 * j + 2 + h])
-                    var crow = c.unsafe_offset(row * Nc)
-                    comptime if swiglu:
-                        # n0 % 16 < 8: n0 is a gate column and n0 + 8 its up column
-                        if n0 < N:
-                            var o = SWIGLU_BLOCK * (n0 // 16) + n0 % 16
-                            crow[unsafe_offset=o] = apply_epilogue[True, has_row_scale, 1](
-                                v_lo, v_hi, scale).cast[dtype]()
-                    else:
-                        if n0 < N:
-                            crow[unsafe_offset=n0] = apply_epilogue[False, has_row_scale, 1](
-                                v_lo, 0, scale).cast[dtype]()
-                        if n0 + 8 < N:
-                            crow[unsafe_offset=n0 + 8] = apply_epilogue[False, has_row_scale, 1](
-                                v_hi, 0, scale).cast[dtype]()
+        comptime if STAGED:
+            var col0 = (work.m + sub * WG_M) // 2 if swiglu else work.m + sub * WG_M
+            _staged_epilogue[dtype, BN, swiglu, has_row_scale](
+                accum_ptr, scales_ptr, epi_smem.unsafe_offset(sub * EPI_TOKENS * EPI_STRIDE), c, Nc,
+                work.row0, work.row_end, col0, sub, ctid)
+        else:
+            # Epilogue. Fragment of m64nBN: register 4j + {0, 1} holds (weight row 16 warp + lane/4,
+            # tokens 8j + 2 (lane % 4) + {0, 1}); 4j + {2, 3} the same tokens, weight row + 8.
+            var n0 = work.m + sub * WG_M + 16 * warp + lane // 4
+            comptime for j in range(BN // 8):
+                comptime for h in range(2):
+                    var row = work.row0 + 8 * j + 2 * (lane % 4) + h
+                    var scale = Float32(1)
+                    comptime if has_row_scale:  # a shuffle: every lane, outside the row mask
+                        scale = shuffle_idx(rebind[Float32](scales[0, j // 4]),
+                                            UInt32(8 * (j % 4) + 2 * (lane % 4) + h))
+                    if row < work.row_end:
+                        var v_lo = rebind[Float32](accum[0, 4 * j + h])
+                        var v_hi = rebind[Float32](accum[0, 4 * j + 2 + h])
+                        var crow = c.unsafe_offset(row * Nc)
+                        comptime if swiglu:
+                            # n0 % 16 < 8: n0 is a gate column and n0 + 8 its up column
+                            if n0 < N:
+                                var o = SWIGLU_BLOCK * (n0 // 16) + n0 % 16
+                                crow[unsafe_offset=o] = apply_epilogue[True, has_row_scale, 1](
+                                    v_lo, v_hi, scale).cast[dtype]()
+                        else:
+                            if n0 < N:
+                                crow[unsafe_offset=n0] = apply_epilogue[False, has_row_scale, 1](
+                                    v_lo, 0, scale).cast[dtype]()
+                            if n0 + 8 < N:
+                                crow[unsafe_offset=n0 + 8] = apply_epilogue[False, has_row_scale, 1](
+                                    v_hi, 0, scale).cast[dtype]()
 
 
 def grouped_matmul_sm90[
     dtype: DType, BN: Int, WIDTHS: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool,
-    KSUB: Int = 1,
+    KSUB: Int = 1, STAGED: Bool = False,
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -350,8 +473,8 @@ def grouped_matmul_sm90[
     Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert BN % (8 * WIDTHS) == 0 and BN <= 256, "BN must be a multiple of 8 WIDTHS up to 256"
-    comptime STAGES = sm90_stages[dtype, BN, KSUB]()
-    comptime SMEM = sm90_smem_bytes[dtype, BN, KSUB]()
+    comptime STAGES = sm90_stages[dtype, BN, KSUB, STAGED]()
+    comptime SMEM = sm90_smem_bytes[dtype, BN, KSUB, STAGED]()
     comptime assert STAGES >= 2, "shared memory too small for two stages"
     if shape.T == 0 or shape.G == 0:
         return
@@ -362,7 +485,7 @@ def grouped_matmul_sm90[
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
-        dtype, BN, WIDTHS, STAGES, KSUB, s0, s1, swiglu, has_row_scale,
+        dtype, BN, WIDTHS, STAGES, KSUB, s0, s1, swiglu, has_row_scale, STAGED,
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]
