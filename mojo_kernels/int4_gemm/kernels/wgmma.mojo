@@ -32,8 +32,9 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
   the cluster's tiles through distributed shared memory (`_store_tile`).
 - Warp-k partitions (cfg.wk = 2): two consumer warpgroups on the same columns take alternate
   stages with their own accumulators, added up in the same shared-memory tile. Launches with
-  split_k = 1 and wk = 1 use a kernel instance without that staging (`staged = False`): each
-  thread stores its fragments directly.
+  split_k = 1 and wk = 1 use a kernel instance without that fp32 staging (`staged = False`):
+  the consumers write their rounded fragments token-major into the drained ring by stmatrix
+  and store 16-byte row pieces (`_store_tile_16b`).
 - Grid order: groups of 8 M-tiles walk the N-tiles (the split-K clusters of a tile stay
   together), so a wave re-uses both its x tiles and its weight tiles from L2. A launch may
   cover a range of tiles of that order (`tile0`): the dispatch runs the full waves of a
@@ -43,12 +44,12 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
 """
 
 from max.gpu import thread_idx, block_idx, grid_dim, barrier, MAX_THREADS_PER_BLOCK_METADATA
-from max.gpu.sync import syncwarp
+from max.gpu.sync import named_barrier, syncwarp
 from max.gpu.host import DeviceContext, FuncAttribute, Dim
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
-from max.gpu.compute.mma import wgmma_fence_aligned, wgmma_commit_group_sync, wgmma_wait_group_sync
+from max.gpu.compute.mma import st_matrix, wgmma_fence_aligned, wgmma_commit_group_sync, wgmma_wait_group_sync
 from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from layout import TileTensor, Coord, row_major
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
@@ -220,7 +221,7 @@ def int4_gemm_wgmma_kernel[
     config.wgmma_smem_usage(...).
     group_size <= 0: per channel (one scale row). staged: the epilogue sums the warp-k
     partitions and the split-K cluster through shared memory (required when split_k > 1 or
-    cfg.wk > 1); else (split_k = 1, wk = 1) each thread stores its fragments directly.
+    cfg.wk > 1); else (split_k = 1, wk = 1) the tile goes out through the drained ring (`_store_tile_16b`).
     """
     comptime NT = cfg.nt
     comptime FPW = cfg.fpw
@@ -336,7 +337,7 @@ def int4_gemm_wgmma_kernel[
                         else:
                             _bulk_g2s(_saddr(s_s.unsafe_offset(soff)), _gaddr(s_ptr.unsafe_offset(goff)), nbytes, fb)
                     c += 32
-        # the consumers' epilogue barriers (none when they store their fragments directly)
+        # the consumers' epilogue barriers (split-1 tiles: named barriers of the consumers alone)
         comptime if staged:
             comptime for _ in range(WK):
                 role_barrier()
@@ -415,11 +416,14 @@ def int4_gemm_wgmma_kernel[
         var lane_row = lane // 4
         var lane_col = lane % 4
         comptime if not staged:
-            # one CTA and one warpgroup own the tile: masked stores straight from the
-            # fragments (a kernel instance of its own: with the staged path compiled into the
-            # same kernel behind a runtime branch, split-1 launches were 3-5 % slower)
-            _store_fragments[dtype, has_bias, NT, FPW](
-                acc, c_ptr, b_ptr, m0 + 2 * lane_col, (band0 + band_local) * 64 + 16 * jb + lane_row, m, n)
+            # one CTA and one warpgroup own the tile: its bf16 / fp16 values go token-major
+            # through the drained ring by stmatrix, then out as 16-byte row pieces (a kernel
+            # instance of its own: with the fp32 split-K path compiled into the same kernel
+            # behind a runtime branch, split-1 launches were 3-5 % slower)
+            comptime assert NT * (NB * 64 + 8) * 2 <= BAR_OFF, "the output tile fits the drained ring"
+            _store_tile_16b[dtype, has_bias, NT, FPW, NB * 64, NCT](
+                acc, smem.unsafe_bitcast[Scalar[dtype]](), c_ptr, b_ptr, m0, band0 * 64,
+                band_local * 64 + 16 * jb, cw, m, n)
             return
         # split K or warp-k partitions: accumulators -> fp32 tile in the drained ring -> sum
         # over the warp-k partitions and the split-K cluster -> bias, cast, row-contiguous
@@ -453,37 +457,65 @@ def int4_gemm_wgmma_kernel[
 
 
 @always_inline
-def _store_fragments[dtype: DType, has_bias: Bool, NT: Int, FPW: Int](
+def _store_tile_16b[dtype: DType, has_bias: Bool, NT: Int, FPW: Int, CW: Int, NCT: Int](
     acc: Array[SIMD[F32, NT // 2], FPW],
+    out_s: Pointer[Scalar[dtype], MutUntrackedOrigin, address_space=AddressSpace.SHARED],
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
-    tok0: Int, col0: Int, m: Int, n: Int,
+    m0: Int, col0: Int, lcol: Int, cw: Int, m: Int, n: Int,
 ):
-    """C (+ bias) from a consumer thread's accumulators, masked to m x n: acc[i][4j + q] is
-    column col0 + 16 i + 8 (q // 2), token tok0 + 8 j + q % 2 (the wgmma m64nNTk16 fragment
-    with the weights on M)."""
+    """C (+ bias) of a split-1 tile through the drained ring, masked to m x n: each consumer
+    thread writes its rounded fragments token-major with stmatrix (transposed: the fragment's
+    8 x 8 blocks of columns x tokens), then the NCT consumer threads store 16-byte pieces of
+    token rows (CW / 8 per row). acc[i][4j + q] is column col0 + lcol + 16 i + 8 (q // 2) +
+    lane / 4, token m0 + 8 j + 2 (lane % 4) + q % 2 (lcol: the warp's first column in the tile).
+    Stored from the fragments, each thread wrote 2 bytes at a time (4 tokens x 16 bytes a warp
+    instruction): NT / 2 stores per fragment against NT / 16 stmatrix and as many row pieces
+    (docs/design/multistage_gemm_q.md)."""
+    comptime RS = CW + 8  # elements per token row: 16 bytes of padding, conflict-free stmatrix rows
+    var lane = cw % 32
+    var mi = lane // 8  # the stmatrix matrix whose row address this lane gives
+    var mk = lane % 8  # and the row
+    named_barrier[Int32(NCT)](1)  # every consumer warpgroup is done with the ring
     comptime for i in range(FPW):
-        var n_lo = col0 + 16 * i
-        var n_hi = n_lo + 8
         var bl: Float32 = 0
         var bh: Float32 = 0
         comptime if has_bias:
-            if n_lo < n:
-                bl = b_ptr[unsafe_offset=n_lo].cast[F32]()
-            if n_hi < n:
-                bh = b_ptr[unsafe_offset=n_hi].cast[F32]()
-        comptime for j in range(NT // 8):
-            var tok = tok0 + 8 * j
-            if tok < m:
-                if n_lo < n:
-                    c_ptr[unsafe_offset=tok * n + n_lo] = (acc[i][4 * j] + bl).cast[dtype]()
-                if n_hi < n:
-                    c_ptr[unsafe_offset=tok * n + n_hi] = (acc[i][4 * j + 2] + bh).cast[dtype]()
-            if tok + 1 < m:
-                if n_lo < n:
-                    c_ptr[unsafe_offset=(tok + 1) * n + n_lo] = (acc[i][4 * j + 1] + bl).cast[dtype]()
-                if n_hi < n:
-                    c_ptr[unsafe_offset=(tok + 1) * n + n_hi] = (acc[i][4 * j + 3] + bh).cast[dtype]()
+            var nl = col0 + lcol + 16 * i + lane // 4
+            if nl < n:
+                bl = b_ptr[unsafe_offset=nl].cast[F32]()
+            if nl + 8 < n:
+                bh = b_ptr[unsafe_offset=nl + 8].cast[F32]()
+        comptime for q in range(NT // 16):
+            # matrices e = 0..3: tokens 8 (2q + e // 2) + .., columns + 8 (e % 2)
+            var v = SIMD[dtype, 8]()
+            comptime for e in range(4):
+                comptime j = 2 * q + e // 2
+                comptime h = e % 2
+                var b = bh if h == 1 else bl
+                v[2 * e] = (acc[i][4 * j + 2 * h] + b).cast[dtype]()
+                v[2 * e + 1] = (acc[i][4 * j + 2 * h + 1] + b).cast[dtype]()
+            var t = 8 * (2 * q + mi // 2) + mk
+            st_matrix[4, transpose=True](out_s.unsafe_offset(t * RS + lcol + 16 * i + 8 * (mi % 2)), bitcast[F32, 4](v))
+    named_barrier[Int32(NCT)](1)  # the tile is written
+    comptime CH = CW // 8  # 16-byte pieces per token row
+    var rows = min(NT, m - m0)
+    var vec_ok = n % 8 == 0 and Int(c_ptr) % 16 == 0
+    var idx = cw
+    while idx < rows * CH:
+        var t = idx // CH
+        var piece = idx % CH
+        var col = col0 + 8 * piece
+        if col < n:
+            var v = out_s.unsafe_offset(t * RS + 8 * piece).unsafe_load[width=8, alignment=16]()
+            var dst = c_ptr.unsafe_offset((m0 + t) * n + col)
+            if vec_ok and col + 8 <= n:
+                dst.unsafe_store[alignment=16](0, v)
+            else:
+                comptime for e in range(8):
+                    if col + e < n:
+                        dst[unsafe_offset=e] = v[e]
+        idx += NCT
 
 
 @always_inline
