@@ -35,16 +35,15 @@ from std.utils.static_tuple import StaticTuple
 from max.gpu import MAX_THREADS_PER_BLOCK_METADATA, barrier, block_idx, grid_dim, thread_idx
 from max.gpu.host import DeviceAttribute, DeviceContext, FuncAttribute
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
-from max.gpu.compute.mma import st_matrix
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.primitives.warp import shuffle_idx
 from max.gpu.sync import named_barrier
-from std.memory import bitcast
 from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
+from ...common.smem_stores import stmatrix_tokens_x4, store_row_piece
 from ...common.target import SMEM_BUDGET_SM90
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
 from ..epilogue import apply_epilogue
@@ -197,11 +196,9 @@ def _staged_epilogue[dtype: DType, BN: Int, swiglu: Bool, has_row_scale: Bool](
     """One consumer's epilogue through shared memory, EPI_TOKENS tokens per round: stmatrix
     (transposed) writes the rounded outputs token-major into the consumer's round buffer `buf`,
     then every thread stores 16-byte row pieces to c (each token's 64 columns, 32 after SwiGLU,
-    are contiguous in c: 8 or 4 lanes per token). Against the fragment-order stores (2 bytes a
-    thread, 4 tokens x 16 bytes a warp instruction) that is 8x fewer store instructions at full
-    sector width. col0: the consumer's first output column; rows >= row_end and columns >= Nc
-    are not stored. Writes the same bits as the fragment-order epilogue."""
-    comptime assert size_of[dtype]() == 2, "stmatrix moves 16-bit elements"
+    are contiguous in c: 8 or 4 lanes per token; common/smem_stores.mojo). col0: the
+    consumer's first output column; rows >= row_end and columns >= Nc are not stored. Writes
+    the same bits as the fragment-order epilogue."""
     comptime assert BN % EPI_TOKENS == 0, "whole rounds per token tile"
     comptime OW = WG_M // 2 if swiglu else WG_M
     """Output columns of one consumer."""
@@ -236,7 +233,7 @@ def _staged_epilogue[dtype: DType, BN: Int, swiglu: Bool, has_row_scale: Bool](
                             rebind[Float32](accum[0, 4 * j + h]), rebind[Float32](accum[0, 4 * j + 2 + h]),
                             scale).cast[dtype]()
                 var t = 8 * (4 * q + mi) + mk
-                st_matrix[4, transpose=True](buf.unsafe_offset(t * EPI_STRIDE + 8 * warp), bitcast[F32, 4](v))
+                stmatrix_tokens_x4(buf.unsafe_offset(t * EPI_STRIDE + 8 * warp), v)
         else:
             # two matrices per j (weight rows +0 and +8), four per stmatrix
             comptime for q in range(J_ROUND // 2):
@@ -251,8 +248,7 @@ def _staged_epilogue[dtype: DType, BN: Int, swiglu: Bool, has_row_scale: Bool](
                         v[2 * i + h] = apply_epilogue[False, has_row_scale, 1](
                             rebind[Float32](accum[0, 4 * j + 2 * (i % 2) + h]), 0, scale).cast[dtype]()
                 var t = 8 * (2 * q + mi // 2) + mk
-                st_matrix[4, transpose=True](
-                    buf.unsafe_offset(t * EPI_STRIDE + 16 * warp + 8 * (mi % 2)), bitcast[F32, 4](v))
+                stmatrix_tokens_x4(buf.unsafe_offset(t * EPI_STRIDE + 16 * warp + 8 * (mi % 2)), v)
         named_barrier[128](Int32(2 + sub))  # the round buffer is written
         comptime for step in range(EPI_TOKENS * CHUNKS // 128):
             var idx = ctid + 128 * step
@@ -262,13 +258,7 @@ def _staged_epilogue[dtype: DType, BN: Int, swiglu: Bool, has_row_scale: Bool](
             var col = col0 + 8 * piece
             if row < row_end and col < Nc:
                 var v = buf.unsafe_offset(t * EPI_STRIDE + 8 * piece).unsafe_load[width=8, alignment=16]()
-                var dst = c.unsafe_offset(row * Nc + col)
-                if vec_ok and col + 8 <= Nc:
-                    dst.unsafe_store[alignment=16](0, v)
-                else:
-                    comptime for e in range(8):
-                        if col + e < Nc:
-                            dst[unsafe_offset=e] = v[e]
+                store_row_piece(c.unsafe_offset(row * Nc + col), v, col, Nc, vec_ok)
         named_barrier[128](Int32(2 + sub))  # read out before the next round overwrites it
 
 

@@ -49,7 +49,7 @@ from max.gpu.host import DeviceContext, FuncAttribute, Dim
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
-from max.gpu.compute.mma import st_matrix, wgmma_fence_aligned, wgmma_commit_group_sync, wgmma_wait_group_sync
+from max.gpu.compute.mma import wgmma_fence_aligned, wgmma_commit_group_sync, wgmma_wait_group_sync
 from max.gpu.primitives.cluster import cluster_sync, load_cluster_smem
 from layout import TileTensor, Coord, row_major
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
@@ -66,6 +66,7 @@ from ..config import (
 )
 from .mma import magic_value, nibble_pair
 from ...common.raster import raster_tile
+from ...common.smem_stores import stmatrix_tokens_x4, store_row_piece
 from ...common.sync import role_barrier
 
 comptime F32 = DType.float32
@@ -469,9 +470,7 @@ def _store_tile_16b[dtype: DType, has_bias: Bool, NT: Int, FPW: Int, CW: Int, NC
     8 x 8 blocks of columns x tokens), then the NCT consumer threads store 16-byte pieces of
     token rows (CW / 8 per row). acc[i][4j + q] is column col0 + lcol + 16 i + 8 (q // 2) +
     lane / 4, token m0 + 8 j + 2 (lane % 4) + q % 2 (lcol: the warp's first column in the tile).
-    Stored from the fragments, each thread wrote 2 bytes at a time (4 tokens x 16 bytes a warp
-    instruction): NT / 2 stores per fragment against NT / 16 stmatrix and as many row pieces
-    (docs/design/multistage_gemm_q.md)."""
+    NT / 16 stmatrix and as many row pieces per fragment (common/smem_stores.mojo)."""
     comptime RS = CW + 8  # elements per token row: 16 bytes of padding, conflict-free stmatrix rows
     var lane = cw % 32
     var mi = lane // 8  # the stmatrix matrix whose row address this lane gives
@@ -496,7 +495,7 @@ def _store_tile_16b[dtype: DType, has_bias: Bool, NT: Int, FPW: Int, CW: Int, NC
                 v[2 * e] = (acc[i][4 * j + 2 * h] + b).cast[dtype]()
                 v[2 * e + 1] = (acc[i][4 * j + 2 * h + 1] + b).cast[dtype]()
             var t = 8 * (2 * q + mi // 2) + mk
-            st_matrix[4, transpose=True](out_s.unsafe_offset(t * RS + lcol + 16 * i + 8 * (mi % 2)), bitcast[F32, 4](v))
+            stmatrix_tokens_x4(out_s.unsafe_offset(t * RS + lcol + 16 * i + 8 * (mi % 2)), v)
     named_barrier[Int32(NCT)](1)  # the tile is written
     comptime CH = CW // 8  # 16-byte pieces per token row
     var rows = min(NT, m - m0)
@@ -508,13 +507,7 @@ def _store_tile_16b[dtype: DType, has_bias: Bool, NT: Int, FPW: Int, CW: Int, NC
         var col = col0 + 8 * piece
         if col < n:
             var v = out_s.unsafe_offset(t * RS + 8 * piece).unsafe_load[width=8, alignment=16]()
-            var dst = c_ptr.unsafe_offset((m0 + t) * n + col)
-            if vec_ok and col + 8 <= n:
-                dst.unsafe_store[alignment=16](0, v)
-            else:
-                comptime for e in range(8):
-                    if col + e < n:
-                        dst[unsafe_offset=e] = v[e]
+            store_row_piece(c_ptr.unsafe_offset((m0 + t) * n + col), v, col, n, vec_ok)
         idx += NCT
 
 
