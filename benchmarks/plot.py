@@ -18,7 +18,7 @@ Reads `<results>/<name>.json` (the dict `harness.record` writes: {"env": ..., "m
 Clocks: our time is the row's `kernel_us` (CUPTI kernel time inside the graph) where the run
 recorded it, else `ours_us` (graph time per op); MAX's int4 op likewise (`max_kernel_us`, else
 `max_us`); torch peers are `triton.testing.do_bench` medians (L2 flushed). Each figure's title
-names the run's date (`env.date`).
+names the run's date and card (`env.date`, `env.device`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ from matplotlib import ticker
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 IMG_DIR = BENCH_DIR.parent / "docs" / "img"
+def run_label(env: dict[str, Any]) -> str:
+    """A run's date and card ("2026-12-06 17:04 UTC, H100 80GB HBM3") from its `env`."""
+    card = str(env.get("device", "")).split(",")[0].removeprefix("NVIDIA ").strip()
+    return ", ".join(x for x in (str(env.get("date", "")), card) if x)
+
+
 H200_TBPS = 4.24
 """Measured H200 device copy bandwidth (TB/s): the roofline of the bandwidth plot."""
 BANDWIDTH_MAX_TOKENS = 64
@@ -221,12 +227,12 @@ def plot_headline(data: dict[str, dict[str, Any]], out: Path,
                             xytext=(0, 6 if top else -11), ha="center", fontsize=7)
         all_tokens = {t for _, by_t in lines for t in by_t}
         _log_axes(ax, op, sorted(all_tokens))
-        ax.set_title(f"{op.title}\n{data[op.name]['env'].get('date', '')}", fontsize=10)
+        ax.set_title(f"{op.title}\n{run_label(data[op.name]['env'])}", fontsize=10)
         ax.set_ylabel("speed-up (peer time / ours), geomean over shapes")
         ax.legend(fontsize=8, loc="best")
         ax.text(0.01, 0.01, _clock_note(op, rows), transform=ax.transAxes, fontsize=7,
                 va="bottom")
-    fig.suptitle("mojo-gemm on an H200: speed-up over the peers (> 1: ours faster)")
+    fig.suptitle("mojo-gemm: speed-up over the peers (> 1: ours faster; card and date per panel)")
     fig.tight_layout()
     path = out / filename
     fig.savefig(path, dpi=130)
@@ -249,7 +255,7 @@ def plot_op(op: OpPlot, run: dict[str, Any], out: Path) -> Path:
         ax.set_title(f"vs {peer.label}", fontsize=10)
         ax.set_ylabel("speed-up (peer time / ours)")
         ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
-    fig.suptitle(f"{op.title}: {run['env'].get('date', '')}; {_clock_note(op, rows)}",
+    fig.suptitle(f"{op.title}: {run_label(run['env'])}; {_clock_note(op, rows)}",
                  fontsize=10)
     fig.tight_layout()
     path = out / f"{op.name}_speedup.png"
@@ -277,7 +283,7 @@ def plot_bandwidth(data: dict[str, dict[str, Any]], out: Path) -> Path:
         _token_axis(ax, op, sorted({t for by_t in series.values() for t in by_t}))
         ax.set_ylim(0, H200_TBPS * 1.15)
         ax.set_ylabel("weight bytes / time (TB/s)")
-        ax.set_title(f"{op.title}\n{data[op.name]['env'].get('date', '')}", fontsize=10)
+        ax.set_title(f"{op.title}\n{run_label(data[op.name]['env'])}", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
         ax.text(0.01, 0.99, _clock_note(op, rows), transform=ax.transAxes, fontsize=7,
