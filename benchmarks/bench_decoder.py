@@ -32,7 +32,10 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
 - breakdown: a CUPTI trace (torch.profiler) of one replay (decode) or one step (prefill):
   kernel µs of ours (names containing "mojo_kernels"), attention (MAX's mha kernels) and the
   rest, as durations (`*_us`, overlapping under programmatic launches) and as shares of the
-  critical path (`*_crit_us` + `idle_us` = the traced span; `kernel_breakdown`).
+  critical path (`*_crit_us` + `idle_us` = the traced span; `kernel_breakdown`), and the
+  critical path by op (`crit_by_op`, `KERNEL_OPS`: the grouped GEMMs, int4, FP8 K/V, router,
+  combine, quantization, attention, norms, gather, elementwise, vendor GEMMs) in a second
+  table under the run's RESULTS.md section.
 - floors: decode = (weights read: attention projections + the experts the batch routes to,
   E·(1 − (1 − k/E)^batch) expected for random routing + router + LM head, + K/V read) / 4.24
   TB/s; prefill = max(bf16 FLOPs / 728 TFLOP/s + FP8 FLOPs / 1456, bytes / 4.24 TB/s), bytes =
@@ -219,6 +222,33 @@ def prefill_floor(c: DecoderConfig, tokens: int, seqs: int) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- breakdown
+KERNEL_OPS = (
+    # (op, substrings of the lower-cased kernel name; first match wins)
+    ("grouped", ("mojo_kernels_grouped_gemm",)),
+    ("int4", ("mojo_kernels_int4_gemm",)),
+    ("fp8 K/V", ("mojo_kernels_k_cache_matmul",)),
+    ("router", ("mojo_kernels_moe_route",)),
+    ("combine", ("mojo_kernels_moe_combine",)),
+    ("fp8 quant", ("mojo_kernels_fp8_quant",)),
+    ("attention", ("mha", "flash")),
+    ("norm", ("rms_norm", "layer_norm")),
+    ("gather", ("gather",)),
+    ("elementwise", ("mogg_foreach", "elementwise")),
+    ("vendor gemm", ("gemm", "gemv", "splitk", "cublas", "cutlass")),
+)
+"""Op of a traced kernel, for the per-op critical-path table (mangled Mojo names keep their
+module path, e.g. `mojo_kernels_grouped_gemm_kern...`)."""
+
+
+def kernel_op(name: str) -> str:
+    """The KERNEL_OPS op of kernel `name` ("other" when none matches)."""
+    low = name.lower()
+    for op, keys in KERNEL_OPS:
+        if any(k in low for k in keys):
+            return op
+    return "other"
+
+
 def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[str, Any]:
     """CUPTI kernel time (µs) of one call of `fn`, split into ours ("mojo_kernels" in the kernel
     name), attention (MAX's "mha" kernels) and the rest, twice: `*_us` the kernels' durations
@@ -244,6 +274,7 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
     if not spans:
         return {}
     parts = {f"{p}{s}": 0.0 for s in ("_us", "_crit_us") for p in ("ours", "attn", "rest")}
+    by_op: dict[str, float] = {}
     by_name: dict[str, list[float]] = {}
     timeline = []
     frontier, idle = spans[0][0], 0.0
@@ -256,6 +287,7 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
         frontier = max(frontier, end)
         parts[f"{part}_us"] += end - start
         parts[f"{part}_crit_us"] += crit
+        by_op[kernel_op(name)] = by_op.get(kernel_op(name), 0.0) + crit
         entry = by_name.setdefault(name[:160], [0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += end - start
@@ -267,7 +299,25 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
                  key=lambda row: -row[3])[:TOP_KERNELS]
     return {**parts, "idle_us": idle, "span_us": frontier - spans[0][0],
             "kernel_us": sum(parts[f"{p}_us"] for p in ("ours", "attn", "rest")),
-            "kernels": len(spans), "top_kernels": top, "timeline": timeline}
+            "kernels": len(spans), "top_kernels": top, "timeline": timeline,
+            "crit_by_op": {op: round(us, 2) for op, us in by_op.items()}}
+
+
+def op_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Markdown: each traced row's critical path by op (µs per step; KERNEL_OPS), the ops in
+    KERNEL_OPS order, rows without a trace left out."""
+    ops = [op for op, _ in KERNEL_OPS] + ["other"]
+    traced = [r for r in rows if r.get("crit_by_op")]
+    used = [op for op in ops if any(op in r["crit_by_op"] for r in traced)]
+    if not traced:
+        return ""
+    lines = ["| model | phase | batch | context | tokens | " + " | ".join(used) + " |",
+             "|" + "---|" * (5 + len(used))]
+    for r in traced:
+        cells = [f"{r['crit_by_op'].get(op, 0.0):.1f}" for op in used]
+        lines.append(f"| {r['model']} | {r['phase']} | {r['batch']} | {r['context']} | "
+                     f"{r['tokens']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # -------------------------------------------------------------------------------- correctness
@@ -650,6 +700,9 @@ def main() -> None:
                "store_v_cache_ragged, experts grouped_matmul_ragged; " + max_note,
         extra={"checks": checks, "router_margins": margins, "bars": summary,
                "config": config.__dict__},
+        notes_md=("Critical path by op, µs per step (the same traces; `grouped` holds both "
+                  "expert GEMMs, `vendor gemm` the LM head):\n\n" + op_table(rows))
+        if op_table(rows) else "",
     )
     log("done")
 

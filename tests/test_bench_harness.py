@@ -210,3 +210,32 @@ def test_card_rates_follow_the_card(monkeypatch, device: str, bandwidth: float) 
         assert harness.card_rates() == (pytest.approx(bandwidth), harness.H200_BF16_FLOPS)
     finally:
         harness.card_rates.cache_clear()
+
+
+def test_decoder_ops_of_traced_kernels() -> None:
+    """bench_decoder's per-op table: mangled Mojo kernel names map to their op by module path,
+    MAX's and vendor kernels by their names; rows without a trace are left out."""
+    import bench_decoder
+
+    op = bench_decoder.kernel_op
+    assert op("mojo_kernels_grouped_gemm_kern6A6A6A6A_290b31125ead763a") == "grouped"
+    assert op("mojo_kernels_int4_gemm_kernels6A6A6A6A_290852efec2653d0") == "int4"
+    assert op("mojo_kernels_k_cache_matmul_ke6A6A6A6A_95a373a593b88f20") == "fp8 K/V"
+    assert op("mojo_kernels_moe_route_kernels6A6A6A6A_fffd215740fc9407") == "router"
+    assert op("sm90_mha_depth128_bfloat16_bfloat16_nqh16_nkvh16_c721537d") == "attention"
+    assert op("mha_splitk_reduce_bfloat16_bfloat16_b2696d45") == "attention"
+    assert op("rms_norm_fused_residual_gpu_block_float32_False_0025385b") == "norm"
+    assert op("gather_r2_w8_b256_gs_False_57d63c86") == "gather"
+    assert op("mogg_foreach_r2_w8_b256_gs_False_64a6c1a2") == "elementwise"
+    assert op("gemv_kernel_float32_float32_float32_False_dd83c35c") == "vendor gemm"
+    assert op("algorithm_gpu_rowwise__WarpKe6A6A6A6A6A6A_ba190ec89eb8d074") == "other"
+    rows = [
+        {"model": "ours", "phase": "decode", "batch": 1, "context": 1024, "tokens": 1,
+         "crit_by_op": {"grouped": 50.0, "attention": 10.25}},
+        {"model": "ours", "phase": "prefill", "batch": 8, "context": 0, "tokens": 512},
+    ]
+    table = bench_decoder.op_table(rows).splitlines()
+    assert table[0] == "| model | phase | batch | context | tokens | grouped | attention |"
+    assert table[2] == "| ours | decode | 1 | 1024 | 1 | 50.0 | 10.2 |"
+    assert len(table) == 3
+    assert bench_decoder.op_table(rows[1:]) == ""
