@@ -279,15 +279,15 @@ def kernel_breakdown(fn: Callable[[], None], sync: Callable[[], None]) -> dict[s
     timeline = []
     frontier, idle = spans[0][0], 0.0
     for start, end, name in spans:
-        low = name.lower()
-        part = ("ours" if "mojo_kernels" in low else
-                "attn" if "mha" in low or "flash" in low else "rest")
+        op = kernel_op(name)
+        part = ("ours" if "mojo_kernels" in name.lower() else
+                "attn" if op == "attention" else "rest")
         crit = max(0.0, end - max(start, frontier))
         idle += max(0.0, start - frontier)
         frontier = max(frontier, end)
         parts[f"{part}_us"] += end - start
         parts[f"{part}_crit_us"] += crit
-        by_op[kernel_op(name)] = by_op.get(kernel_op(name), 0.0) + crit
+        by_op[op] = by_op.get(op, 0.0) + crit
         entry = by_name.setdefault(name[:160], [0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += end - start
@@ -680,6 +680,7 @@ def main() -> None:
         for key in ("floor_bytes", "floor_flops"):
             if key in r:
                 r[key] = float(r[key])
+    ops = op_table(rows)
     harness.record(
         "decoder", rows,
         ["model", "phase", "batch", "context", "tokens", "replay_ms", "step_ms", "tok_per_s",
@@ -701,8 +702,7 @@ def main() -> None:
         extra={"checks": checks, "router_margins": margins, "bars": summary,
                "config": config.__dict__},
         notes_md=("Critical path by op, µs per step (the same traces; `grouped` holds both "
-                  "expert GEMMs, `vendor gemm` the LM head):\n\n" + op_table(rows))
-        if op_table(rows) else "",
+                  "expert GEMMs, `vendor gemm` the LM head):\n\n" + ops) if ops else "",
     )
     log("done")
 

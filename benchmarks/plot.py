@@ -40,12 +40,6 @@ from matplotlib import ticker
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 IMG_DIR = BENCH_DIR.parent / "docs" / "img"
-def run_label(env: dict[str, Any]) -> str:
-    """A run's date and card ("2026-12-06 17:04 UTC, H100 80GB HBM3") from its `env`."""
-    card = str(env.get("device", "")).split(",")[0].removeprefix("NVIDIA ").strip()
-    return ", ".join(x for x in (str(env.get("date", "")), card) if x)
-
-
 H200_TBPS = 4.24
 """Measured H200 device copy bandwidth (TB/s): the roofline of the bandwidth plot."""
 BANDWIDTH_MAX_TOKENS = 64
@@ -201,6 +195,12 @@ def _clock_note(op: OpPlot, rows: list[Row]) -> str:
         return "ours: CUPTI kernel time"
     return (f"ours: CUPTI kernel time ({op.tokens} <= {max(has_kernel)}), "
             "graph time above")
+
+
+def run_label(env: dict[str, Any]) -> str:
+    """A run's date and card ("2026-12-06 17:04 UTC, H100 80GB HBM3") from its `env`."""
+    card = str(env.get("device", "")).split(",")[0].removeprefix("NVIDIA ").strip()
+    return ", ".join(x for x in (str(env.get("date", "")), card) if x)
 
 
 def plot_headline(data: dict[str, dict[str, Any]], out: Path,
