@@ -198,7 +198,7 @@ def _clock_note(op: OpPlot, rows: list[Row]) -> str:
 
 
 def run_label(env: dict[str, Any]) -> str:
-    """A run's date and card ("2026-12-06 17:04 UTC, H100 80GB HBM3") from its `env`."""
+    """A run's date and card ("<date> UTC, H100 80GB HBM3") from its `env`."""
     card = str(env.get("device", "")).split(",")[0].removeprefix("NVIDIA ").strip()
     return ", ".join(x for x in (str(env.get("date", "")), card) if x)
 
