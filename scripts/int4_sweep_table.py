@@ -405,8 +405,8 @@ def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the mma.sync kernels, measured best per M range and bucket of
     derived quantities (as `tuned_wgmma`), or (-1, 0): then the band rule and `choose_split_k`
     decide (as they do for a split of 0). variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the
-    *_NARROW config, 2 = CFG_M8_K8 / CFG_M16_K8; 17..64: 1 = CFG_M32 (at 33..64 this keeps the
-    dispatch on mma.sync)."""
+    *_NARROW config, 2 = CFG_M8_K8 / CFG_M16_K8; 17..64: 1 = CFG_M32 (this keeps the dispatch on
+    mma.sync)."""
 {body(mma)}
 '''
 

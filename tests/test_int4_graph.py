@@ -25,7 +25,7 @@ from checkpoint_fixtures import make_awq, make_gptq, make_max_gptq
 from mojo_gemm import Int4Linear, Int4Weight
 from mojo_gemm.core.host import numpy_dtype, to_buffer, to_numpy
 
-M_VALUES = (0, 1, 7, 16, 33, 300)
+M_VALUES = (0, 1, 7, 16, 24, 33, 300)
 """M = 0: an empty batch (serving loops hand them to layers) returns an empty [0, N]."""
 
 
@@ -246,11 +246,11 @@ def run_cases(device_kind: str) -> None:
 
 
 def test_int4_linear_cpu() -> None:
-    """All cases on the CPU path, M in {0, 1, 7, 16, 33, 300}."""
+    """All cases on the CPU path, M in {0, 1, 7, 16, 24, 33, 300}."""
     run_cases("cpu")
 
 
 @pytest.mark.gpu
 def test_int4_linear_gpu() -> None:
-    """All cases on the GPU path, M in {0, 1, 7, 16, 33, 300}."""
+    """All cases on the GPU path, M in {0, 1, 7, 16, 24, 33, 300}."""
     run_cases("gpu")

@@ -1,8 +1,9 @@
 """The int4 op's H200 launch plan, computed on the CPU from the dispatch's own Mojo code.
 
 Checks the choices the benchmark records: decode sizes use the mma.sync kernels with warp-k
-partitions (> 1, reduced in shared memory) and split-K; M >= 33 uses the wgmma kernel; and
-the shared-memory budget of every plan fits the H200 (227 KB per CTA); at M = 16, 64 and 128
+partitions (> 1, reduced in shared memory) and split-K; M >= 17 uses the wgmma kernel (unless the
+table keeps 17-64 tokens on mma.sync); and
+the shared-memory budget of every plan fits the H200 (227 KB per CTA); at M = 16, 32, 64 and 128
 the eight Llama-3 layers get exactly the launches the generated table and the rules give (a
 change of either shows here).
 """
@@ -80,6 +81,7 @@ M16 = MMA.format("16x128x128", 4, 2, 143360)
 WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} stages={} split_k={{}}{} smem={}"
 WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
+WG64 = WG.format("64x256x64", 2, 2, 4, 8, "", 135296)
 WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
 WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
 
@@ -98,6 +100,17 @@ WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
         ("70B.o", 16, K8.format(1)),
         ("70B.gate_up", 16, M16.format(1)),
         ("70B.down", 16, K8.format(1)),
+        # M = 32: no table entries (the rule does as well held out): the one-wave wgmma grid,
+        # 64 x 256 with the split that fills the SMs, 64 x 512 split 1 where no 64 x 256 grid is
+        # one wave
+        ("8B.qkv", 32, WG64.format(4)),
+        ("8B.o", 32, WG64.format(6)),
+        ("8B.gate_up", 32, WG64.format(1)),
+        ("8B.down", 32, WG64.format(6)),
+        ("70B.qkv", 32, WG64.format(2)),
+        ("70B.o", 32, WG64.format(3)),
+        ("70B.gate_up", 32, WG64W.format(1)),
+        ("70B.down", 32, WG64.format(3)),
         # M = 64: tuned_wgmma's buckets: WG_CFG_64N (2 CTAs per SM) split 4 below 128 bands,
         # split 2 up to 511 and from 1024; WG_CFG_64W split 3 for 512-1023 bands
         ("8B.qkv", 64, WG64N.format(4)),

@@ -19,10 +19,9 @@ Options (each also as --name=value):
 Candidates at each M (config x split_k, both as the dispatch names them):
     M <= 8      CFG_M8, CFG_M8_NARROW, CFG_M8_K8        x {1, 2, 3, 4, 6, 8}
     9..16       CFG_M16, CFG_M16_NARROW, CFG_M16_K8     x {1, 2, 3, 4, 6, 8}
-    17..32      CFG_M32                                  x {1, 2, 3, 4, 6, 8}
-    33..64      WG_CFG_64, WG_CFG_64W, WG_CFG_64N       x {1, 2, 3, 4, 6} (cluster split)
+    17..64      WG_CFG_64, WG_CFG_64W, WG_CFG_64N       x {1, 2, 3, 4, 6} (cluster split)
                 and CFG_M32 x {1, 2, 3, 4, 6, 8} (the mma.sync path the dispatch keeps there for
-                shapes `tuned_choice` sends to two 32-token M-blocks)
+                shapes `tuned_choice` sends to it: one or two 32-token M-blocks)
     > 64        WG_CFG_128, WG_CFG_128K, WG_CFG_64      x {1, 2, 3, 4, 6} (`wgmma_rule` weighs
                 WG_CFG_64 above 64 tokens too)
 A split is left out where a CTA (PIPE_WARP: a warp) would get too little K: PIPE_WARP needs one
@@ -236,8 +235,6 @@ def candidates(m: Int, kp: Int, mut cis: List[Int], mut sps: List[Int]):
         mcfg = [0, 1, 8]
     elif m <= 16:
         mcfg = [2, 3, 4]
-    elif m <= 32:
-        mcfg = [5]
     elif m <= 64:
         wcfg = [9, 10, 11]
         mcfg = [5]

@@ -49,7 +49,7 @@ def launch_int4_gemm[
     (see Int4GemmShape.validate for the rules). dtype: bfloat16 or float16.
     target: "cpu" -> cpu.mojo; "gpu" -> by the GPU's path (common/target.mojo, under the
     FORCE_* value `force`):
-    - Hopper (sm_90a): dispatch.int4_gemm_gpu (wgmma from 33 tokens, else mma.sync);
+    - Hopper (sm_90a): dispatch.int4_gemm_gpu (wgmma from 17 tokens, else mma.sync);
     - Blackwell (sm_100a): the mma.sync kernels (int4_gemm_gpu_mma) with clusters;
     - Ampere (sm_80 / 86 / 87 / 89 / 120): the mma.sync kernels without clusters (split_k 1),
       configs resolved against the target's shared memory;

@@ -25,9 +25,12 @@ comptime CFG_M16 = Int4GemmConfig(bm=16, bn=128, bk=128, wm=16, wn=64, stages=4,
 comptime CFG_M16_NARROW = Int4GemmConfig(bm=16, bn=64, bk=64, wm=16, wn=64, stages=5, warp_k=4, split_k=1, pipeline=PIPE_WARP)
 """9 <= M <= 16 and at most 64 bands."""
 comptime CFG_M32 = Int4GemmConfig(bm=32, bn=256, bk=128, wm=32, wn=64, stages=4, warp_k=2, split_k=1)
-"""17 <= M <= 32: CTA-wide ring, 4 bands x 2 warp-k partitions."""
+"""17 <= M <= 32 in the mma.sync selection (the Ampere and Blackwell paths' every call), and on
+sm_90a 17 <= M <= 64 where `tuned_choice` picks it (variant 1): CTA-wide ring, 4 bands x 2
+warp-k partitions."""
 comptime CFG_M64 = Int4GemmConfig(bm=64, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=2, split_k=1)
-"""33 <= M <= 64: 4 bands x 2 partitions; 128 fp32 accumulators per thread (1 CTA per SM)."""
+"""33 <= M <= 64 in the mma.sync selection (the Ampere and Blackwell paths): 4 bands x 2
+partitions; 128 fp32 accumulators per thread (1 CTA per SM)."""
 comptime CFG_LARGE = Int4GemmConfig(bm=128, bn=256, bk=64, wm=64, wn=64, stages=4, warp_k=1, split_k=1)
 """M > 64: 128 x 256 CTA tile, 2 x 4 warps of 64 tokens x 64 columns."""
 comptime CFG_M16_K8 = Int4GemmConfig(
@@ -47,7 +50,7 @@ comptime WG_CFG_64W = Int4WgmmaConfig(nt=64, fpw=4, nwg=2, stages=7, kg=2)
 comptime WG_CFG_128 = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4)
 """128 tokens x 256 columns per CTA, 128 accumulators/thread (large M)."""
 comptime WG_CFG_64N = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
-"""33 <= M <= 64 (chosen through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
+"""17 <= M <= 64 (chosen through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
 warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232; ~99 KB
 smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
 WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
@@ -60,7 +63,7 @@ comptime WG_CFG_256 = Int4WgmmaConfig(nt=256, fpw=1, nwg=2, stages=6, kg=4)
 """M > 256: 256 tokens x 128 columns per CTA (wgmma m64n256k16, one packed word per lane and
 k16 step): half the dequant per MMA of WG_CFG_128 at the same tile area; 3-6 % faster than it
 at M = 1024-4096 on the H200 (6 stages, ~218 KB)."""
-comptime WGMMA_MIN_M = 33
+comptime WGMMA_MIN_M = 17
 """From this many tokens on, `int4_gemm_gpu` uses the wgmma kernel."""
 comptime WG_VAR_64 = 0
 comptime WG_VAR_64W = 1
@@ -97,8 +100,8 @@ def tuned_choice(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the mma.sync kernels, measured best per M range and bucket of
     derived quantities (as `tuned_wgmma`), or (-1, 0): then the band rule and `choose_split_k`
     decide (as they do for a split of 0). variant: M <= 16: 0 = CFG_M8 / CFG_M16, 1 = the
-    *_NARROW config, 2 = CFG_M8_K8 / CFG_M16_K8; 17..64: 1 = CFG_M32 (at 33..64 this keeps the
-    dispatch on mma.sync)."""
+    *_NARROW config, 2 = CFG_M8_K8 / CFG_M16_K8; 17..64: 1 = CFG_M32 (this keeps the dispatch on
+    mma.sync)."""
     var bands = ceildiv(n, 64)
     var ksteps = kp // 64
     if m >= 9 and m <= 16:

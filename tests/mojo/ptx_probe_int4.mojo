@@ -1,7 +1,7 @@
 # PTX probe for scripts/check_ptx.py (check int4_sm90): the int4 op's GPU entry point
 # (`launch_int4_gemm`, target "gpu", the path the MAX op takes) for bf16 and fp16, one group
 # size each. On sm_90a that instantiates `int4_gemm_gpu`, i.e. every kernel the op can pick at
-# run time (wgmma + TMA from 33 tokens, mma.sync below), so the PTX holds the instructions the
+# run time (wgmma + TMA from 17 tokens, mma.sync below), so the PTX holds the instructions the
 # check requires without the 55 MB of the full GPU test program
 # (tests/mojo/int4_gemm_gpu_test.mojo, which scripts/gpu-check builds and runs on a GPU).
 # Only built (`mojo build --emit asm`): its buffers are never filled and its output unchecked.
