@@ -89,7 +89,7 @@ CHECKS: tuple[PtxCheck, ...] = (
             r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16",  # M >= 17 kernel
             r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.f16\.f16",
             r"cp\.async\.bulk\.tensor\.2d",  # TMA activation tiles
-            r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",  # M <= 16 kernels (and CFG_M32)
+            r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",  # mma.sync kernels
         ),
     ),
     PtxCheck(
