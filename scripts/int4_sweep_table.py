@@ -377,7 +377,8 @@ def snippet(t: Table, sources: list[str]) -> str:
         # anything else (no such candidate is swept) stays with the rules
 
     def body(rows: dict[tuple[int, int], list[str]]) -> str:
-        out = ["    var bands = ceildiv(n, 64)", "    var ksteps = kp // 64"]
+        # no entries: no locals (Mojo warns about unused ones)
+        out = ["    var bands = ceildiv(n, 64)", "    var ksteps = kp // 64"] if rows else []
         for mr in sorted(rows):
             out.append(f"    if {_range_cond(mr)}:")
             out.extend(rows[mr])

@@ -81,7 +81,6 @@ M16 = MMA.format("16x128x128", 4, 2, 143360)
 WG = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw={} wg={} kg={} stages={} split_k={{}}{} smem={}"
 WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
-WG64 = WG.format("64x256x64", 2, 2, 4, 8, "", 135296)
 WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
 WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
 
@@ -100,27 +99,25 @@ WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
         ("70B.o", 16, K8.format(1)),
         ("70B.gate_up", 16, M16.format(1)),
         ("70B.down", 16, K8.format(1)),
-        # M = 32: no table entries (the rule does as well held out): the one-wave wgmma grid,
-        # 64 x 256 with the split that fills the SMs, 64 x 512 split 1 where no 64 x 256 grid is
-        # one wave
-        ("8B.qkv", 32, WG64.format(4)),
-        ("8B.o", 32, WG64.format(6)),
-        ("8B.gate_up", 32, WG64.format(1)),
-        ("8B.down", 32, WG64.format(6)),
-        ("70B.qkv", 32, WG64.format(2)),
-        ("70B.o", 32, WG64.format(3)),
+        # M = 32 and 64: no table entries; dispatch.small_m_tile_rule: the 2-CTA-per-SM
+        # 64 x 128 tile at the split that fills the SMs, the 64 x 512 tile on the widest layer
+        # and the longest K
+        ("8B.qkv", 32, WG64N.format(4)),
+        ("8B.o", 32, WG64N.format(6)),
+        ("8B.gate_up", 32, WG64N.format(1)),
+        ("8B.down", 32, WG64N.format(6)),
+        ("70B.qkv", 32, WG64N.format(2)),
+        ("70B.o", 32, WG64N.format(3)),
         ("70B.gate_up", 32, WG64W.format(1)),
-        ("70B.down", 32, WG64.format(3)),
-        # M = 64: tuned_wgmma's buckets: WG_CFG_64N (2 CTAs per SM) split 4 below 128 bands,
-        # split 2 up to 511 and from 1024; WG_CFG_64W split 3 for 512-1023 bands
+        ("70B.down", 32, WG64W.format(6)),
         ("8B.qkv", 64, WG64N.format(4)),
-        ("8B.o", 64, WG64N.format(4)),
-        ("8B.gate_up", 64, WG64N.format(2)),
-        ("8B.down", 64, WG64N.format(4)),
+        ("8B.o", 64, WG64N.format(6)),
+        ("8B.gate_up", 64, WG64N.format(1)),
+        ("8B.down", 64, WG64N.format(6)),
         ("70B.qkv", 64, WG64N.format(2)),
-        ("70B.o", 64, WG64N.format(2)),
-        ("70B.gate_up", 64, WG64W.format(3)),
-        ("70B.down", 64, WG64N.format(2)),
+        ("70B.o", 64, WG64N.format(3)),
+        ("70B.gate_up", 64, WG64W.format(1)),
+        ("70B.down", 64, WG64W.format(6)),
         # M = 128: no table entries (the rule does as well held out): 128 x 256, the one-wave
         # split with the fewest stages per CTA
         ("8B.qkv", 128, WG128.format(4)),

@@ -161,6 +161,71 @@ def wgmma_dp_tiles(m: Int, n: Int, kp: Int, v: Int, split: Int) -> Int:
     return c[2] if c[1] >= 0 and c[1] < c[0] else 0
 
 
+def _small_m_stream_cost(v: Int) -> Int:
+    """`small_m_tile_rule`: time (1e-4 µs) per 64-column band x 64-K step that an SM streams,
+    for WG_CFG_64 / WG_CFG_64N (its CTAs two to an SM) / WG_CFG_64W, fitted to the sweep at
+    M = 20, 32, 64 (as the two below)."""
+    if v == WG_VAR_64N:
+        return 1363
+    if v == WG_VAR_64W:
+        return 1284
+    return 1530
+
+
+comptime SMALL_M_LONE_64N_COST = 2232
+"""The same for a WG_CFG_64N CTA alone on its SM: one consumer warpgroup and an 8-stage ring of
+64 x 128 tiles keep fewer bytes in flight than an SM can take, so it streams slower."""
+
+
+def _small_m_fixed_cost(v: Int) -> Int:
+    """`small_m_tile_rule`: fixed cost (1e-4 µs) of one wave of CTAs (launch, ring fill,
+    epilogue, split reduction)."""
+    if v == WG_VAR_64N:
+        return 60500
+    if v == WG_VAR_64W:
+        return 89300
+    return 69500
+
+
+def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
+    """(variant, split_k) of the wgmma kernel for M <= 64 from the problem alone: the 64-token
+    tile configs WG_CFG_64 (64 x 256, one CTA per SM), WG_CFG_64N (64 x 128, two per SM) and
+    WG_CFG_64W (64 x 512) at splits 1, 2, 3, 4, 6 (>= 8 stages of 64 K per CTA when split),
+    cost = waves x (fixed + the busiest SM's stream), waves = ceil(CTAs / `cluster_wave_cap`),
+    the stream = the bands x K steps of the CTAs one SM holds at its config's rate, or of one
+    CTA at the lone-CTA rate where that is slower (WG_CFG_64N with at most one CTA per SM).
+    Lowest cost wins, ties to the earlier config and the smaller split. The constants were
+    fitted to a sweep at M = 20, 32, 64 (H100 and H200, 1,260 records; predictions within 1.06x
+    mean; fitted without a model's layers, its picks on them were 1.04-1.06x the best
+    candidate). On a fresh H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
+    1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave rule's
+    1.099x / 1.103x / 1.083x."""
+    var stages = kp // 64
+    var best_v = -1
+    var best_s = 1
+    var best_cost = 0
+    for v in [WG_VAR_64, WG_VAR_64N, WG_VAR_64W]:
+        var cfg = wgmma_config_for(v)
+        var tiles = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
+        for sp in [1, 2, 3, 4, 6]:
+            if sp > 1 and stages // sp < 8:
+                continue
+            var cap = cluster_wave_cap(sp, cfg.ctas)
+            if cap == 0:
+                continue
+            var ctas = tiles * sp
+            var on_sm = ceildiv(min(ctas, cap), SM90_SMS) if cfg.ctas > 1 else 1
+            var units = ceildiv(stages, sp) * cfg.bands()
+            var lone = SMALL_M_LONE_64N_COST if cfg.ctas > 1 else 0
+            var stream = max(_small_m_stream_cost(v) * on_sm, lone) * units
+            var cost = ceildiv(ctas, cap) * (_small_m_fixed_cost(v) + stream)
+            if best_v < 0 or cost < best_cost:
+                best_v = v
+                best_s = sp
+                best_cost = cost
+    return (best_v, best_s)
+
+
 def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(variant, split_k) of the wgmma kernel for M >= WGMMA_MIN_M from the problem alone (no
     entry of tuning_sm90.mojo is consulted).
@@ -171,32 +236,30 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     CTAs one wave holds) (`cluster_wave_cap`: cluster sizes pack into the GPCs unequally),
     stage costs as `_wgmma_stage_cost`; or, where cheaper, the full waves split 1 and the last
     partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
-    earlier tile of that list and the smaller split. M <= 64 takes only one-wave grids (else
-    64 x 512, split 1). On the H200 sweep (M = 128-256, 28 layers) the uniform model is within
+    earlier tile of that list and the smaller split. M <= 64: `small_m_tile_rule`. On the H200
+    sweep (M = 128-256, 28 layers) the uniform model is within
     1.4 % of the best candidate (geomean), where one-wave-or-split-1 was 3.8 % off (up to 45 %
     on layers whose split-1 grid needs two or more waves)."""
+    if m <= 64:
+        return small_m_tile_rule(m, n, kp)
     var stages = kp // 64
     var best_v = -1
     var best_s = 1
     var best_cost = 0
     for v in [WG_VAR_256, WG_VAR_128, WG_VAR_64]:
-        if (v == WG_VAR_256 and m < WG256_MIN_M) or (v == WG_VAR_128 and m <= 64):
+        if v == WG_VAR_256 and m < WG256_MIN_M:
             continue
         for sp in [1, 2, 3, 4, 6]:
             if sp > 1 and stages // sp < 8:
                 continue
             var c = _wgmma_costs(m, n, kp, v, sp)
             var cost = c[0]
-            if m <= 64 and cost > _wgmma_cta_cost(stages, _wgmma_stage_cost(v), sp):
-                continue  # more than one wave
             if c[1] >= 0 and c[1] < cost:
                 cost = c[1]
             if best_v < 0 or cost < best_cost:
                 best_v = v
                 best_s = sp
                 best_cost = cost
-    if best_v < 0:
-        return (WG_VAR_64W, 1)
     return (best_v, best_s)
 
 

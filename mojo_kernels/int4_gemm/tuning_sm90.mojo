@@ -50,7 +50,7 @@ comptime WG_CFG_64W = Int4WgmmaConfig(nt=64, fpw=4, nwg=2, stages=7, kg=2)
 comptime WG_CFG_128 = Int4WgmmaConfig(nt=128, fpw=2, nwg=2, stages=8, kg=4)
 """128 tokens x 256 columns per CTA, 128 accumulators/thread (large M)."""
 comptime WG_CFG_64N = Int4WgmmaConfig(nt=64, fpw=2, nwg=1, stages=8, kg=4, ctas=2)
-"""17 <= M <= 64 (chosen through `tuned_wgmma`): 64 tokens x 128 columns, one consumer
+"""17 <= M <= 64 (`small_m_tile_rule` weighs it): 64 tokens x 128 columns, one consumer
 warpgroup, built for 2 CTAs per SM (128 registers at launch, setmaxnreg 24 / 232; ~99 KB
 smem): twice the CTAs of WG_CFG_64 per tile count, so the small layers (64 CTAs on 132 SMs with
 WG_CFG_64 split 4) can fill every SM. (WG_CFG_64 itself at 2 CTAs per SM needs 104-register consumers: ptxas
@@ -69,7 +69,6 @@ comptime WG_VAR_64 = 0
 comptime WG_VAR_64W = 1
 comptime WG_VAR_128 = 2
 comptime WG_VAR_64N = 3
-"""WG_CFG_64N: chosen only through `tuned_wgmma`."""
 comptime WG_VAR_128K = 4
 """WG_CFG_128K: chosen only through `tuned_wgmma`."""
 comptime WG_VAR_256 = 5
@@ -82,17 +81,6 @@ def tuned_wgmma(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     """(wgmma variant, split_k) measured best per M range and bucket of derived quantities
     (scripts/int4_sweep_table.py over the SM90 sweep of benchmarks/mojo/int4_sweep.mojo), or
     (-1, 0): then `wgmma_rule` decides."""
-    var bands = ceildiv(n, 64)
-    var ksteps = kp // 64
-    if m >= 33 and m <= 64:
-        if bands >= 32 and bands < 128 and ksteps >= 16:  # WG_CFG_64N split 4: 1.085 x best over 14 item(s)
-            return (WG_VAR_64N, 4)
-        if bands >= 128 and bands < 512 and ksteps >= 8:  # WG_CFG_64N split 2: 1.122 x best over 10 item(s)
-            return (WG_VAR_64N, 2)
-        if bands >= 512 and bands < 1024 and ksteps >= 12:  # WG_CFG_64W split 3: 1.065 x best over 2 item(s)
-            return (WG_VAR_64W, 3)
-        if bands >= 1024 and bands < 2048 and ksteps >= 8:  # WG_CFG_64N split 2: 1.017 x best over 2 item(s)
-            return (WG_VAR_64N, 2)
     return (-1, 0)
 
 
