@@ -69,7 +69,9 @@ class PtxCheck:
     """Most bytes of spill stores `ptxas -v` may report for any kernel (None: not checked)."""
 
 
-GROUPED_HARNESS = "tests/mojo/grouped_gpu_harness.mojo"
+GROUPED_HARNESS = "tests/mojo/ptx_probe_grouped.mojo"
+"""The grouped harness's case runner on the launcher's own path (bf16, bf16 SwiGLU + row scale,
+fp16): the full harness also instantiates the forced Ampere and portable paths of both dtypes."""
 INT4_HARNESS = "tests/mojo/ptx_probe_int4.mojo"
 """The int4 op's GPU entry point only: the full GPU test program
 (tests/mojo/int4_gemm_gpu_test.mojo) is 55 MB of PTX and 180 CPU-s to build cold, this 8 MB and
