@@ -24,7 +24,7 @@ from mojo_gemm.int4.layout import pack_codes, padded_shape, permute_group_params
 CASES = [
     (5, 200, 384, 128, True, True, "bf16"),  # M <= 8, N < Np, g128 + zeros + bias
     (12, 136, 512, 64, True, False, "fp16"),  # M <= 16, fp16, g64 zeros
-    (19, 136, 256, -1, False, False, "fp16"),  # M <= 32, per-channel
+    (19, 136, 256, -1, False, False, "fp16"),  # 17 <= M <= 32 (sm_90a: wgmma), per-channel
     (40, 256, 1024, 32, False, True, "bf16"),  # M <= 64, g32 (several groups per stage)
     (70, 64, 512, 128, False, False, "bf16"),  # M > 64 (large tile), 2 M-blocks
 ]
