@@ -1,7 +1,7 @@
 """Benchmark of the W4A16 tensor-core path (`int4_gemm_gpu`) on the 8 Llama-3 layers, g = 128,
 bf16, symmetric, no bias, M in {16, 32, 64, 128, 256, 1024, 4096}; standalone program for the
-H200. At M = 32 the dispatch takes the mma.sync kernel (M < WGMMA_MIN_M) and the sweep times the
-64-token wgmma tiles next to it.
+H200. At M = 32 the dispatch takes a 64-token wgmma tile (mostly empty); the other 64-token tiles
+are timed next to it, and the mma.sync selection too unless `noprev`.
 
     scripts/build-gpu-bin benchmarks/mojo/int4_gemm_bench.mojo
     run carry=[".gpu-bin"]: LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/int4_gemm_bench [layer|-1] [noprev] [wk] [xs] [m=16,64]

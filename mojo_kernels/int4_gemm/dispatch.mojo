@@ -197,7 +197,7 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     Lowest cost wins, ties to the earlier config and the smaller split. The constants were
     fitted to a sweep at M = 20, 32, 64 (H100 and H200, 1,260 records; predictions within 1.06x
     mean; fitted without a model's layers, its picks on them were 1.04-1.06x the best
-    candidate). On a fresh H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
+    candidate). On the committed H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
     1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave rule's
     1.099x / 1.103x / 1.083x."""
     var stages = kp // 64
