@@ -6,7 +6,7 @@ exist only on sm_90a; tcgen05 only on sm_100a; inline PTX only on NVIDIA). The p
 `path_for_arch` with the arch the caller names, so the host-side plans report the same choice.
 
 Paths (what each op does with them: the op's entry.mojo / dispatch.mojo):
-- PATH_HOPPER: sm_90a, today's kernels.
+- PATH_HOPPER: sm_90a, the TMA + wgmma kernels.
 - PATH_BLACKWELL: sm_100a (grouped: tcgen05 kernels; int4 and K-cache: the mma.sync kernels,
   clusters allowed).
 - PATH_AMPERE: sm_80 / 86 / 87 / 89 / 120: mma.sync and cp.async only, no clusters (the FP8
