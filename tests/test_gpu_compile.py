@@ -1,7 +1,8 @@
 """Every op's GPU graph compiles for sm_90a (every op's specializations, in one graph) and
 for sm_80, sm_89, sm_100a and gfx950 (one graph holding every op) on this (GPU-less) machine via
-virtual devices; so does the sharded example decoder (every kind of shard the decoder uses, MAX's
-allreduce) over 2 virtual sm_90a devices, in one module with the specializations' graph.
+virtual devices; so does the sharded example decoder up to its LM head (every kind of shard the
+decoder uses, MAX's allreduce) over 2 virtual sm_90a devices, in one module with the
+specializations' graph.
 
 Runs in a subprocess (virtual devices are process-wide and must be set before any device), on
 the suite's background lane (tests/background.py).
@@ -64,9 +65,11 @@ def test_every_op_compiles_in_one_graph(arch: str) -> None:
 def test_sharded_layers_compile_for_two_sm90a_devices() -> None:
     """scripts/compile_gpu_graphs.py (sm_90a): the example decoder sharded over 2 virtual
     sm_90a devices (`ShardedMoEDecoder`: Int4Linear's row/column shards, PagedKVProjection's
-    head shards each writing its device's paged cache, MoEBlock's expert shards, MAX's
-    allreduce) compiles."""
+    head shards each writing its device's paged cache, MAX's flash attention over each
+    device's heads, MoEBlock's expert shards, MAX's allreduce) compiles up to its LM head (the
+    one-device decoder's, compiled by the GPU tests)."""
     result = run(SM90)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert "MoEBlock expert shards, allreduce) on 2 devices for sm_90a in " in result.stdout
+    assert ("MoEBlock expert shards, allreduce; up to the LM head) on 2 devices for sm_90a in "
+            in result.stdout)
     assert "all GPU graphs compiled" in result.stdout

@@ -82,6 +82,16 @@ class ShardedMoEDecoder(MoEDecoder):
                  signals: Sequence[BufferValue]) -> tuple[TensorValue, TensorValue]:
         """Per-device tokens, offsets, caches and signal buffers -> (logits, next tokens) on
         devices[0]; writes this step's K/V into every device's cache."""
+        normed = self.hidden(tokens, offsets, kvs, signals)
+        return logits_and_next(normed, TensorValue(self.lm_head_weight.shard(self.devices)[0]),
+                               offsets[0])
+
+    def hidden(self, tokens: Sequence[TensorValue], offsets: Sequence[TensorValue],
+               kvs: Sequence[PagedCacheValues],
+               signals: Sequence[BufferValue]) -> TensorValue:
+        """The decoder without its LM head: the final norm's output, float32 [T, H] (bf16
+        values) on devices[0], what the head (or a caller's own head or sampler) reads; writes
+        this step's K/V into every device's cache."""
         c, devs, sig = self.config, self.devices, list(signals)
         embeds = self.embed_weight.shard(devs)
         h = [_f32(ops.gather(TensorValue(e), tok, axis=0))
@@ -102,9 +112,7 @@ class ShardedMoEDecoder(MoEDecoder):
                        for moe, hi, w in zip(layer.moe.shard(devs), h, ffn_w, strict=True)]
             h = [hi + y for hi, y in zip(h, self._sum(experts, sig), strict=True)]
         norm_w = self.final_norm.weight.shard(devs)[0]
-        normed = _f32(_bf16(ops.rms_norm(h[0], TensorValue(norm_w), c.rms_eps)))
-        return logits_and_next(normed, TensorValue(self.lm_head_weight.shard(devs)[0]),
-                               offsets[0])
+        return _f32(_bf16(ops.rms_norm(h[0], TensorValue(norm_w), c.rms_eps)))
 
 
 def sharded_graph_input_types(config: DecoderConfig, devices: Sequence[DeviceRef]) -> list:
@@ -128,9 +136,12 @@ CACHE_INPUTS = 7
 """Graph inputs per device's cache in `sharded_graph_input_types`."""
 
 
-def build_sharded_graph(model: ShardedMoEDecoder, module: GraphModule | None = None) -> Graph:
+def build_sharded_graph(model: ShardedMoEDecoder, module: GraphModule | None = None, *,
+                        head: bool = True) -> Graph:
     """The sharded decoder's one graph (symbolic tokens, batch and pages, as `build_graph`),
-    built into `module` (a `max.graph.Module`) if given."""
+    built into `module` (a `max.graph.Module`) if given. Outputs (logits, next tokens), or with
+    `head=False` the hidden state that the LM head reads (`ShardedMoEDecoder.hidden`: float32
+    [T, H] on devices[0]), for a caller with its own head or sampler."""
     devs = model.devices
     n = len(devs)
     with Graph("moe_decoder_sharded", input_types=sharded_graph_input_types(model.config, devs),
@@ -147,5 +158,8 @@ def build_sharded_graph(model: ShardedMoEDecoder, module: GraphModule | None = N
                 max_prompt_length=max_prompt.tensor, max_cache_length=max_cache.tensor,
                 page_stride=stride.tensor, attention_dispatch_metadata=meta.tensor))
         signals = [v.buffer for v in ins[(2 + CACHE_INPUTS) * n:]]
-        graph.output(*model(tokens, offsets, kvs, signals))
+        if head:
+            graph.output(*model(tokens, offsets, kvs, signals))
+        else:
+            graph.output(model.hidden(tokens, offsets, kvs, signals))
     return graph
