@@ -26,9 +26,9 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   step through `runner.step` (copies in, replay, logits out: `step_ms`), then the captured
   bucket replayed REPLAYS times back to back and synchronized once (`replay_ms`, the device
   time per step); tok/s = batch / replay_ms.
-- prefill (eager): {512, 4096} tokens as 8 sequences of T/8, fresh sequences per call, median
-  of `runner.step` wall times (`step_ms`: inputs in, execute, the next ids on the host; the
-  [T, vocab] logits stay on the device, as a server's prefill leaves them).
+- prefill (eager): {512, 4096} tokens as 8 sequences of T/8 (int64 arrays), fresh sequences
+  per call, median of `runner.step` wall times (`step_ms`: inputs in, execute, the next ids on
+  the host; the [T, vocab] logits stay on the device, as a server's prefill leaves them).
 - breakdown: a CUPTI trace (torch.profiler) of one replay (decode) or one step (prefill):
   kernel µs of ours (names containing "mojo_kernels"), attention (MAX's mha kernels) and the
   rest, as durations (`*_us`, overlapping under programmatic launches) and as shares of the
@@ -452,7 +452,10 @@ def time_prefill(runner: Any, model: str, c: DecoderConfig, seqs: Sequences,
         per = total // PREFILL_SEQS  # calls per size: prefill_calls(reps)
 
         def call(per: int = per) -> float:
-            tokens = [rng.integers(0, c.vocab_size, per).tolist() for _ in range(PREFILL_SEQS)]
+            # int64 arrays, as a MAX server holds token ids (a list of Python ints costs
+            # the step ~33 ns a token to convert)
+            tokens = [rng.integers(0, c.vocab_size, per, dtype=np.int64)
+                      for _ in range(PREFILL_SEQS)]
             return runner.step(tokens, sequences=seqs.take(PREFILL_SEQS)).seconds
 
         if reps > 1:
