@@ -41,8 +41,9 @@ class ShardedMoEDecoder(MoEDecoder):
     model. Call it with per-device lists (`sharded_graph_input_types`): tokens int64 [T] and
     input_row_offsets uint32 [B + 1] on every device, every device's `PagedCacheValues`, and
     MAX's allreduce signal buffers; returns (logits float32 [T, vocab], next token int64 [B])
-    on devices[0]. Raises ValueError for attention other than "flash", or heads, KV heads or
-    experts that `len(devices)` does not divide.
+    on devices[0] (`hidden`: the same step up to the LM head's input). Raises ValueError for
+    attention other than "flash", or heads, KV heads or experts that `len(devices)` does not
+    divide.
     """
 
     def __init__(self, config: DecoderConfig, devices: Sequence[DeviceRef]) -> None:
