@@ -452,8 +452,8 @@ def time_prefill(runner: Any, model: str, c: DecoderConfig, seqs: Sequences,
         per = total // PREFILL_SEQS  # calls per size: prefill_calls(reps)
 
         def call(per: int = per) -> float:
-            # int64 arrays, as a MAX server holds token ids (a list of Python ints costs
-            # the step ~33 ns a token to convert)
+            # int64 arrays, as a MAX server holds token ids (a list of Python ints would add
+            # its per-token conversion to the step's host time)
             tokens = [rng.integers(0, c.vocab_size, per, dtype=np.int64)
                       for _ in range(PREFILL_SEQS)]
             return runner.step(tokens, sequences=seqs.take(PREFILL_SEQS)).seconds

@@ -79,8 +79,7 @@ INT4_HARNESS = "tests/mojo/ptx_probe_int4.mojo"
 K_CACHE_HARNESS = "tests/mojo/ptx_probe_k_cache.mojo"
 """One instantiation of the K-cache harness's case runner: the full harness (scripts/gpu-check
 runs it) builds in ~100 CPU-s cold, the probe in ~20."""
-MOE_ROUTE_HARNESS = "tests/mojo/ptx_probe_moe_route.mojo"
-"""The router harness's case runner at bf16 only: the full harness also instantiates fp16."""
+MOE_ROUTE_HARNESS = "tests/mojo/moe_route_gpu_harness.mojo"
 
 CHECKS: tuple[PtxCheck, ...] = (
     PtxCheck(

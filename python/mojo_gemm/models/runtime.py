@@ -376,7 +376,7 @@ class DecoderRunner:
              sequences: Sequence[int] | None = None) -> StepOutput:
         """Runs one step: tokens[b] are the new tokens (a prompt, or one token) of sequence
         `sequences[b]` (default: every sequence, in order); int64 arrays are taken as they are,
-        lists of Python ints are converted first (~33 ns a token of host time).
+        lists of Python ints are converted token by token first (host time on every step).
 
         Returns the logits of every new token (in the order given) and each stepped
         sequence's greedy next token; the cache then holds the new tokens' K and V. A GPU
