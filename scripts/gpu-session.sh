@@ -12,6 +12,7 @@
 #   scripts/gpu-session.sh harness-grouped int4-sweep   # standalone binaries of .gpu-bin (carry it)
 #   scripts/gpu-session.sh harness-kcache harness-route  # K/V-cache and routing harnesses (.gpu-bin)
 #   scripts/gpu-session.sh int4-test             # the int4 kernels' standalone test (.gpu-bin)
+#   scripts/gpu-session.sh int4-ncu              # ncu: int4 at M = 4096 next to cuBLAS (.gpu-bin)
 # Run from the repository root with MAX on PYTHONPATH (python/ too) and MAX's bin on PATH.
 # BENCH_BUDGET_S sets each benchmark's wall-clock budget (seconds).
 set -uo pipefail
@@ -110,6 +111,26 @@ for part in "$@"; do
       LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout $((${SWEEP_BUDGET_S:-300} + 120)) .gpu-bin/int4_sweep \
         --budget-s "${SWEEP_BUDGET_S:-300}" ${SWEEP_M:+--m "$SWEEP_M"} > "$work/int4_sweep.json" 2> "$work/int4_sweep.err"
       echo "rc=$?" >> "$work/int4_sweep.err"; tail -3 "$work/int4_sweep.err"; wc -l "$work/int4_sweep.json" ;;
+    int4-ncu)  # carry .gpu-bin (scripts/build-gpu-bin benchmarks/mojo/int4_gemm_bench.mojo): ncu of
+      # the int4 dispatch's first launch on 8B.gate_up at M = 4096 next to cuBLAS's bf16 GEMM of
+      # the same shape (SM clock, tensor pipe, issue and stall statistics, L2 / DRAM traffic)
+      sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats"
+      LD_LIBRARY_PATH=$PWD/.gpu-bin/lib timeout 150 ncu --clock-control none --kernel-name regex:int4_gemm_kernels \
+        --launch-count 1 $sections .gpu-bin/int4_gemm_bench 2 noprev m=4096 > "$work/ncu_int4.txt" 2>&1
+      cat > "$work/cublas_shape.py" <<'PY'
+import torch
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(28672, 4096, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    c = a @ b.t()
+torch.cuda.synchronize()
+PY
+      timeout 90 ncu --clock-control none --kernel-name regex:"gemm|nvjet|xmma" --launch-skip 1 --launch-count 1 \
+        $sections python "$work/cublas_shape.py" \
+        > "$work/ncu_cublas.txt" 2>&1
+      grep -hE "Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued" \
+        "$work/ncu_int4.txt" "$work/ncu_cublas.txt" ;;
     *) echo "unknown part: $part" >&2 ;;
   esac
   # packed after every part, so a call cut short still returns the parts that finished
