@@ -13,8 +13,8 @@ op of a layer is MAX's own:
   cache needs Q in FP8 too; Q is int4 here.)
 - attention: `flash_attention_ragged`, causal, as in the package's "flash" decoder;
 - experts: `moe_create_indices`, `grouped_matmul_ragged` for gate|up and down, SwiGLU as graph
-  ops, `moe_finalize` (the path of `max.nn.moe.MoE`); router, norms and LM head as in the
-  package's decoder (they are graph ops there too).
+  ops, `moe_finalize` (the path of `max.nn.moe.MoE`); router (float32 logits, top-k, softmax),
+  residual adds, norms and casts as MAX's graph ops; the LM head as in the package's decoder.
 
 GPU only: MAX's FP8 and grouped kernels have no CPU versions.
 """
@@ -52,7 +52,7 @@ from mojo_gemm.models.decoder import (
     DecoderWeights,
     MoEDecoder,
     RMSNorm,
-    norm_buffer,
+    widened_buffer,
 )
 
 GPTQ_GROUP = 128
@@ -204,12 +204,20 @@ class MaxDecoderLayer(Module):
                                      scale=1.0 / float(np.sqrt(c.head_dim)))
         return ops.reshape(out, [t, c.q_size])
 
-    def __call__(self, h: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
-                 layout: None) -> TensorValue:
-        """Residual stream float32 [T, H] -> float32 [T, H] (`layout` unused: flash only)."""
+    def __call__(self, h: TensorValue, pending: TensorValue | None, offsets: TensorValue,
+                 kv: PagedCacheValues, layout: None) -> tuple[TensorValue, TensorValue]:
+        """`DecoderLayer`'s (h, pending) -> (h', pending') with MAX's graph ops for the adds
+        and norms (`layout` unused: flash only)."""
+        h = _residual(h, pending)
         attn = self.attention(ops.cast(self.attn_norm(h), DTYPE), offsets, kv)
         h = h + ops.cast(self.o_proj(attn), DType.float32)
-        return h + ops.cast(self.moe(ops.cast(self.ffn_norm(h), DTYPE)), DType.float32)
+        return h, self.moe(ops.cast(self.ffn_norm(h), DTYPE))
+
+
+def _residual(h: TensorValue, pending: TensorValue | None) -> TensorValue:
+    """h + pending in float32 (h: float32, or the bf16 embeddings before the first layer)."""
+    h = ops.cast(h, DType.float32)
+    return h if pending is None else h + ops.cast(pending, DType.float32)
 
 
 class MaxDecoder(MoEDecoder):
@@ -225,17 +233,21 @@ class MaxDecoder(MoEDecoder):
         self.layers = LayerList([MaxDecoderLayer(config, i, device)
                                  for i in range(config.num_layers)])
 
+    def head_input(self, h: TensorValue, pending: TensorValue | None) -> TensorValue:
+        """The final norm as MAX's graph ops, bf16 [T, H]."""
+        return ops.cast(self.final_norm(_residual(h, pending)), DTYPE)
+
     def max_state(self, weights: DecoderWeights,
                   repacked: list[tuple[Buffer, Buffer]]) -> dict[str, Buffer]:
         """The state dict of `weights`; repacked[i] = layer i's (q, o) from `repack_gptq`."""
         if weights.config != self.config:
             raise ValueError("MaxDecoder: weights were made for another DecoderConfig")
         state = {"embed_weight": to_buffer(weights.embed, DTYPE),
-                 "final_norm.weight": norm_buffer(weights.final_norm),
-                 "lm_head_weight": to_buffer(weights.lm_head, DTYPE)}
+                 "final_norm.weight": widened_buffer(weights.final_norm),
+                 "lm_head_weight": widened_buffer(weights.lm_head)}
         for i, (w, (q, o)) in enumerate(zip(weights.layers, repacked, strict=True)):
-            parts = {"attn_norm.weight": norm_buffer(w.attn_norm),
-                     "ffn_norm.weight": norm_buffer(w.ffn_norm),
+            parts = {"attn_norm.weight": widened_buffer(w.attn_norm),
+                     "ffn_norm.weight": widened_buffer(w.ffn_norm),
                      "q_proj.weight": q, "o_proj.weight": o,
                      "moe.router_weight": to_buffer(w.router, DTYPE),
                      "moe.gate_up_weight": to_buffer(np.concatenate([w.gate, w.up], axis=1),

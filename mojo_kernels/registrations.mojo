@@ -408,3 +408,58 @@ struct MoeCombineRows:
         ctx: DeviceContext,
     ) raises:
         moe_combine_rows[target](combined, y, inverse, ctx)
+
+
+# ---- rms_norm_rows / add_rms_norm_rows: a decoder's residual add, RMSNorm and cast in one pass
+from .rms_norm.entry import rms_norm_rows_run
+
+
+@extensibility.register("rms_norm_rows")
+struct RmsNormRows[eps: Float32, fp8_block: Int]:
+    """normed = round(s · rsqrt(mean(s²) + eps) · weight) per row, s = f32(h) (rms_norm/norm.mojo);
+    fp8_block > 0: also normed's e4m3 quantization, as `quantize_fp8_rows` with that block.
+
+    Shapes: sum float32 [T, H] (s; 0 rows: not written), normed [T, H] bfloat16 or float16,
+    data [T, H] float8_e4m3fn (uint8 bits on CPU) and scales float32 [ceil(H / fp8_block), T]
+    (fp8_block 0: [0, H] and [0, 0]), h [T, H] float32, bfloat16 or float16, weight float32 [H].
+    """
+
+    @staticmethod
+    def execute[
+        h_dtype: DType, out_dtype: DType, data_dtype: DType, //, target: StaticString
+    ](
+        sum: OutputTensor[dtype=DType.float32, rank=2, ...],
+        normed: OutputTensor[dtype=out_dtype, rank=2, ...],
+        data: OutputTensor[dtype=data_dtype, rank=2, ...],
+        scales: OutputTensor[dtype=DType.float32, rank=2, ...],
+        h: InputTensor[dtype=h_dtype, rank=2, ...],
+        weight: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        rms_norm_rows_run[False, Self.fp8_block, target](
+            sum, normed, data, scales, h, h, weight, Self.eps, ctx)
+
+
+@extensibility.register("add_rms_norm_rows")
+struct AddRmsNormRows[eps: Float32, fp8_block: Int]:
+    """`rms_norm_rows` of s = f32(h) + f32(y): the residual add before the norm, s written to sum.
+
+    Shapes: as `rms_norm_rows`, plus y [T, H] float32, bfloat16 or float16.
+    """
+
+    @staticmethod
+    def execute[
+        h_dtype: DType, y_dtype: DType, out_dtype: DType, data_dtype: DType, //,
+        target: StaticString,
+    ](
+        sum: OutputTensor[dtype=DType.float32, rank=2, ...],
+        normed: OutputTensor[dtype=out_dtype, rank=2, ...],
+        data: OutputTensor[dtype=data_dtype, rank=2, ...],
+        scales: OutputTensor[dtype=DType.float32, rank=2, ...],
+        h: InputTensor[dtype=h_dtype, rank=2, ...],
+        y: InputTensor[dtype=y_dtype, rank=2, ...],
+        weight: InputTensor[dtype=DType.float32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        rms_norm_rows_run[True, Self.fp8_block, target](
+            sum, normed, data, scales, h, y, weight, Self.eps, ctx)

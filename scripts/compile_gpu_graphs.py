@@ -228,21 +228,31 @@ def _kv_projection_part():  # type: ignore[no-untyped-def]
 def _moe_route_part():  # type: ignore[no-untyped-def]
     """Two moe_route instances (bf16 E = 64 top-8 at H = 2048, fp16 E = 5 top-5 at H = 96),
     the router and grouping kernels of each dtype, and moe_combine of each (bf16 H = 2048 top-8:
-    16-byte columns; fp16 H = 7 top-5: scalar ones), symbolic T; a part of _compile_parts."""
+    16-byte columns; fp16 H = 7 top-5: scalar ones), symbolic T; plus the decoder's
+    add_rms_norm forms the sharded decoder beside it does not build (float32 h + bf16 y at
+    H = 2048 with the fused e4m3 rows of add_rms_norm_fp8: the one-device decoder's attention
+    norm, 4-wide columns; float32 h + float32 y to fp16 at H = 7: scalar columns); a part of
+    _compile_parts."""
     from max.dtype import DType
     from max.graph import DeviceRef, TensorType
 
+    from mojo_gemm.norm.op import add_rms_norm, add_rms_norm_fp8
     from mojo_gemm.router.combine import moe_combine
     from mojo_gemm.router.op import moe_route
 
     gpu = DeviceRef.GPU()
+    f32, bf16 = DType.float32, DType.bfloat16
     configs = [(DType.bfloat16, 2048, 64, 8), (DType.float16, 96, 5, 5)]
     combines = [(DType.bfloat16, 2048, 8), (DType.float16, 7, 5)]
+    norms = [(f32, bf16, bf16, 2048, 128), (f32, f32, DType.float16, 7, 0)]
     types = []
     for dt, h, e, _ in configs:
         types += [TensorType(dt, ["tr", h], gpu), TensorType(dt, [e, h], gpu)]
     for n, (dt, h, _) in enumerate(combines):
         types += [TensorType(dt, [f"rc{n}", h], gpu), TensorType(DType.int64, [f"rc{n}"], gpu)]
+    for n, (hd, yd, _, h, _) in enumerate(norms):
+        types += [TensorType(hd, [f"tn{n}", h], gpu), TensorType(yd or hd, [f"tn{n}", h], gpu),
+                  TensorType(f32, [h], gpu)]
 
     def build(inputs):  # type: ignore[no-untyped-def]
         outs = []
@@ -254,6 +264,14 @@ def _moe_route_part():  # type: ignore[no-untyped-def]
         for n, (*_, k) in enumerate(combines):
             outs.append(moe_combine(inputs[first + 2 * n].tensor,
                                     inputs[first + 2 * n + 1].tensor, k))
+        first += 2 * len(combines)
+        for n, (_, yd, od, _, block) in enumerate(norms):
+            h, y, w = (inputs[first + 3 * n + i].tensor for i in range(3))
+            if block:
+                s, *rest = add_rms_norm_fp8(h, y, w, 1e-5, block, od)
+            else:
+                s, *rest = add_rms_norm(h, y if yd else None, w, 1e-5, od, keep_sum=yd is not None)
+            outs += ([] if s is None else [s]) + rest
         return outs
 
     return types, build, None
@@ -269,6 +287,7 @@ def build_every_specialization(module) -> None:  # type: ignore[no-untyped-def]
 SPECIALIZATIONS_NAME = ("every specialization of multistage_gemm_q, "
                         "grouped_matmul_sm100_persistent, k_matmul_ragged_paged_scale, "
                         "fp8_blockwise_matmul, moe_route_topk_group, moe_combine_rows, "
+                        "add_rms_norm_rows, rms_norm_rows, "
                         "quantize_fp8_rows + kv_matmul_ragged_paged_scale (PagedKVProjection) "
                         "(one graph)")
 
@@ -278,8 +297,8 @@ def compile_every_op() -> None:
     a plain bf16 grouped_matmul, and a PagedKVProjection (quantize_fp8_rows feeding
     kv_matmul_ragged_paged_scale at granularity (1, 128, 128)
     into a bf16 cache), fp8_blockwise_matmul on quantize_fp8_rows' output,
-    moe_route_topk_group (MoEBlock's router, 4 experts top-2) and moe_combine_rows on its rows;
-    symbolic token counts."""
+    moe_route_topk_group (MoEBlock's router, 4 experts top-2) and moe_combine_rows on its rows,
+    add_rms_norm_rows (with its e4m3 output) on the combined rows; symbolic token counts."""
     from max.driver import CPU, Accelerator
     from max.dtype import DType
     from max.engine import InferenceSession
@@ -290,6 +309,7 @@ def compile_every_op() -> None:
     from mojo_gemm import Int4Linear, fp8_blockwise_matmul, quantize_fp8_rows
     from mojo_gemm.grouped.op import grouped_matmul
     from mojo_gemm.k_cache.layer import PagedKVProjection
+    from mojo_gemm.norm.op import add_rms_norm_fp8
     from mojo_gemm.router.combine import moe_combine
     from mojo_gemm.router.op import moe_route
 
@@ -316,7 +336,11 @@ def compile_every_op() -> None:
             back = moe_combine(ops.gather(x.tensor, r.token_index, axis=0), r.inverse, 2)
             xq, xs = quantize_fp8_rows(x.tensor)
             dense = fp8_blockwise_matmul(xq, xs, w8.tensor, ws8.tensor)
-            return self.int4(x.tensor), y, r.row_scale, r.a_offsets, back, dense
+            ones = ops.constant(1.0, DType.float32, device=gpu).broadcast_to([hidden])
+            s, normed, nq, ns = add_rms_norm_fp8(ops.cast(x.tensor, DType.float32), back, ones,
+                                                 1e-5)
+            return (self.int4(x.tensor), y, r.row_scale, r.a_offsets, back, dense, s, normed, nq,
+                    ns)
 
     types: list[TensorType | BufferType] = [
         TensorType(bf16, ["t", hidden], gpu),
@@ -344,7 +368,7 @@ def compile_every_op() -> None:
 
 ONE_GRAPH_NAME = ("every op (multistage_gemm_q, grouped_matmul_sm100_persistent, quantize_fp8_rows,"
                   " kv_matmul_ragged_paged_scale, fp8_blockwise_matmul, moe_route_topk_group,"
-                  " moe_combine_rows)")
+                  " moe_combine_rows, add_rms_norm_rows)")
 
 
 SHARDED_NAME = ("the example decoder sharded (ShardedMoEDecoder: Int4Linear rowwise + columnwise"

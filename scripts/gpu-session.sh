@@ -39,7 +39,7 @@ for part in "$@"; do
        echo "rc=$?" >> "$work/tests1.log") &
       (timeout 470 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_fp8_quantize_op.py \
          tests/test_fp8_matmul.py tests/test_fp8_linear.py tests/test_torch_bridge.py > "$work/tests2.log" 2>&1; echo "rc=$?" >> "$work/tests2.log") &
-      (timeout 470 $P tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/tests3.log" 2>&1
+      (timeout 470 $P tests/test_moe_route.py tests/test_moe_combine.py tests/test_rms_norm.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/tests3.log" 2>&1
        echo "rc=$?" >> "$work/tests3.log") &
       (timeout 470 $P tests/test_forced_paths.py > "$work/tests4.log" 2>&1
        echo "rc=$?" >> "$work/tests4.log") &
@@ -54,7 +54,7 @@ for part in "$@"; do
       python -c "import max.nn, mojo_gemm; mojo_gemm.kernels_package()" > "$work/warmup.log" 2>&1
       (timeout 420 $P tests/test_int4_op.py tests/test_grouped.py tests/test_grouped_no_sync.py \
          tests/test_fp8_quantize_op.py tests/test_fp8_matmul.py tests/test_fp8_linear.py > "$work/quick1.log" 2>&1; echo "rc=$?" >> "$work/quick1.log") &
-      (timeout 420 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_moe_route.py tests/test_moe_combine.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
+      (timeout 420 $P tests/test_k_cache.py tests/test_kv_projection.py tests/test_moe_route.py tests/test_moe_combine.py tests/test_rms_norm.py tests/test_moe_block.py tests/test_moe_decoder.py > "$work/quick2.log" 2>&1
        echo "rc=$?" >> "$work/quick2.log") &
       wait
       grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/quick*.log ;;

@@ -41,7 +41,8 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert ("compiled every specialization of multistage_gemm_q, grouped_matmul_sm100_persistent, "
             "k_matmul_ragged_paged_scale, fp8_blockwise_matmul, moe_route_topk_group, "
-            "moe_combine_rows, quantize_fp8_rows + kv_matmul_ragged_paged_scale "
+            "moe_combine_rows, add_rms_norm_rows, rms_norm_rows, "
+            "quantize_fp8_rows + kv_matmul_ragged_paged_scale "
             "(PagedKVProjection) (one graph) for sm_90a"
             ) in result.stdout
     assert "all GPU graphs compiled" in result.stdout

@@ -14,6 +14,10 @@ Public API:
   top-k, softmax and the rows grouped by expert: `grouped_matmul`'s routing operands).
 - MoE combine in one op (op `moe_combine_rows`): `moe_combine` (each token's k expert rows
   summed back through `MoERouting.inverse`).
+- Residual add + RMSNorm + cast in one op (ops `rms_norm_rows`, `add_rms_norm_rows`):
+  `add_rms_norm` (a pre-norm decoder's float32 residual stream and its bf16 normed rows),
+  `add_rms_norm_fp8` (the same plus the rows' e4m3 quantization, for
+  `PagedKVProjection.write_quantized`).
 - MoE layer: `MoEBlock` (router top-k, on-device token grouping, grouped SwiGLU experts, weighted
   combine).
 - Dense FP8 block-scaled GEMM (op `fp8_blockwise_matmul`): `fp8_blockwise_matmul` (bf16 out;
@@ -52,6 +56,7 @@ from .k_cache.op import (
     v_matmul_ragged_paged_scale,
 )
 from .k_cache.plan import k_cache_gpu_plan
+from .norm.op import add_rms_norm, add_rms_norm_fp8
 from .router.combine import moe_combine
 from .router.op import MoERouting, moe_route
 
@@ -66,6 +71,8 @@ __all__ = [
     "MoEBlock",
     "MoERouting",
     "PagedKVProjection",
+    "add_rms_norm",
+    "add_rms_norm_fp8",
     "contracts",
     "fp8_blockwise_matmul",
     "fp8_buffer",

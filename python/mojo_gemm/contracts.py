@@ -35,6 +35,7 @@ from .k_cache.contract import (
     PAGED_KV_PROJECTION_CALL,
     V_MATMUL_RAGGED_PAGED_SCALE,
 )
+from .norm.contract import ADD_RMS_NORM
 from .router.contract import MOE_COMBINE, MOE_ROUTE
 
 ALL_CONTRACTS: tuple[Contract, ...] = (
@@ -51,10 +52,12 @@ ALL_CONTRACTS: tuple[Contract, ...] = (
     PAGED_KV_PROJECTION_CALL,
     MOE_ROUTE,
     MOE_COMBINE,
+    ADD_RMS_NORM,
 )
 """Every public op's contract, in README order."""
 
 __all__ = [
+    "ADD_RMS_NORM",
     "ALL_CONTRACTS",
     "FP8_BLOCKWISE_MATMUL",
     "FP8_LINEAR",

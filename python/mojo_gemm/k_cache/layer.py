@@ -20,7 +20,7 @@ from max.graph import DeviceRef, ShardingStrategy, TensorValue, Weight
 from max.nn import Module
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
 
-from ..core.rules import ARRAY, STRATEGY, check_types, instance_of
+from ..core.rules import ARRAY, KV_COLLECTION, STRATEGY, TENSOR, check_types, instance_of
 from ..core.sharding import shard_devices
 from ..fp8.contract import FP8
 from ..fp8.op import quantize_fp8_rows
@@ -155,6 +155,21 @@ class PagedKVProjection(Module):
              "dtype": self.dtype, "hidden_size": self.hidden_size, "device": self.device}
         )
         data, scales = quantize_fp8_rows(x, self.block)
+        self.write_quantized(data, scales, input_row_offsets, kv_collection)
+
+    def write_quantized(self, data: TensorValue, scales: TensorValue,
+                        input_row_offsets: TensorValue, kv_collection: PagedCacheValues) -> None:
+        """`__call__` on activations already quantized the way it quantizes them: data, scales
+        = `quantize_fp8_rows(x, block)` of this layer's block, or the e4m3 outputs of
+        `add_rms_norm_fp8` (data e4m3 [T, hidden_size], float8_e4m3fn on GPU / uint8 bits on
+        CPU; scales float32 [ceil(hidden_size / block), T]), so a norm that feeds this layer
+        can quantize in its own kernel. The K/V op's contract checks data and scales (its
+        hidden_state and input_scale)."""
+        check_types("PagedKVProjection.write_quantized",
+                    {"data": data, "scales": scales, "input_row_offsets": input_row_offsets,
+                     "kv_collection": kv_collection},
+                    {"data": TENSOR, "scales": TENSOR, "input_row_offsets": TENSOR,
+                     "kv_collection": KV_COLLECTION})
         # a shard's weights are slices of the full layer's host weights: moved to this
         # layer's device, as max.nn.Linear does (a no-op for weights already there)
         k_weight, k_scale, v_weight, v_scale = (

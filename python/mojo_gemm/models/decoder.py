@@ -6,8 +6,13 @@ either a plain graph implementation over the paged cache, used on CPU and GPU al
 (`DecoderConfig.attention == "graph"`), or MAX's own paged flash-attention kernel with a causal
 mask, what a MAX model runs, GPU only (`"flash"`)) → residual →
 RMSNorm → `MoEBlock` (router top-k, grouped SwiGLU experts) → residual; then a final RMSNorm and
-a bf16 LM head. No positional encoding (NoPE): the K op stores raw projections, and causality
-comes from the mask alone.
+an LM head (bf16 values, stored in float32). No positional encoding (NoPE): the K op stores raw
+projections, and causality comes from the mask alone.
+
+Every residual add, norm and cast to bf16 is one `add_rms_norm` kernel (each layer hands its MoE
+output on unadded, so the add runs in the next norm), and the attention norm also writes the
+e4m3 rows the K/V projection reads (`add_rms_norm_fp8`, its `quantize_fp8_rows` in the same
+kernel).
 
 Numerics (what `models.reference` reproduces): the residual stream, norms, attention scores,
 softmax and the LM head run in float32; the inputs of every projection (and the attention
@@ -42,6 +47,7 @@ from ..grouped.moe import MoEBlock
 from ..int4.layer import Int4Linear
 from ..int4.quant import Int4Weight
 from ..k_cache.layer import PagedKVProjection
+from ..norm.op import add_rms_norm, add_rms_norm_fp8
 
 DTYPE = DType.bfloat16
 """Activation and weight storage dtype of the model."""
@@ -244,7 +250,7 @@ def token_layout(num_tokens: Dim, offsets: TensorValue, kv: PagedCacheValues,
 
 class RMSNorm(Module):
     """y = x / sqrt(mean(x²) + eps) · w in float32; weight `weight` float32 [size] holding
-    bf16-rounded values (`norm_buffer`): the checkpoint's bf16 weight, stored widened so that
+    bf16-rounded values (`widened_buffer`): the checkpoint's bf16 weight, stored widened so that
     no step spends a kernel launch casting it."""
 
     def __init__(self, size: int, eps: float, device: DeviceRef) -> None:
@@ -253,12 +259,37 @@ class RMSNorm(Module):
         self.weight = Weight("weight", DType.float32, [size], device)
 
     def __call__(self, x: TensorValue) -> TensorValue:
-        """x float32 [T, size] -> float32 [T, size]."""
+        """x float32 [T, size] -> float32 [T, size] (MAX's graph op)."""
         return ops.rms_norm(x, TensorValue(self.weight), self.eps)
 
+    def add(self, h: TensorValue, y: TensorValue | None) -> tuple[TensorValue, TensorValue]:
+        """The residual add and this norm in one kernel (`add_rms_norm`): h float32 [T, size]
+        (or the bf16 embeddings), y bf16 [T, size] or None -> (s = h + y float32 [T, size],
+        the norm of s in bf16 [T, size])."""
+        s, normed = add_rms_norm(h, y, TensorValue(self.weight), self.eps, DTYPE)
+        assert s is not None  # keep_sum: the residual stream goes on
+        return s, normed
 
-def norm_buffer(w: np.ndarray) -> Buffer:
-    """The host buffer of an `RMSNorm` weight: w [size] rounded to bf16, stored as float32."""
+    def add_fp8(self, h: TensorValue, y: TensorValue | None,
+                block: int) -> tuple[TensorValue, TensorValue, tuple[TensorValue, TensorValue]]:
+        """`add` that also quantizes the bf16 norm to e4m3 in the same kernel
+        (`add_rms_norm_fp8`): (s, normed, (data, scales)), the pair
+        `PagedKVProjection.write_quantized` takes."""
+        s, normed, data, scales = add_rms_norm_fp8(h, y, TensorValue(self.weight), self.eps,
+                                                   block, DTYPE)
+        assert s is not None  # keep_sum: the residual stream goes on
+        return s, normed, (data, scales)
+
+    def last(self, h: TensorValue, y: TensorValue | None) -> TensorValue:
+        """`add` where the residual stream ends (the final norm): the norm of h + y in bf16
+        [T, size]; the sum is not written."""
+        return add_rms_norm(h, y, TensorValue(self.weight), self.eps, DTYPE, keep_sum=False)[1]
+
+
+def widened_buffer(w: np.ndarray) -> Buffer:
+    """The host buffer of a weight the graph reads in float32 (an `RMSNorm` weight, the LM
+    head): w rounded to bf16 (the checkpoint's values), stored as float32, so that no step
+    spends a kernel casting it."""
     return to_buffer(to_numpy(to_buffer(w, DTYPE)), DType.float32)
 
 
@@ -284,14 +315,14 @@ def flash_attention(kv_params: MHAKVCacheParams, q: TensorValue, offsets: Tensor
 
 def logits_and_next(normed: TensorValue, lm_head: TensorValue,
                     offsets: TensorValue) -> tuple[TensorValue, TensorValue]:
-    """normed float32 [T, H] (the final norm's bf16 values), lm_head bf16 [V, H],
+    """normed float32 [T, H] (the final norm's bf16 values), lm_head float32 [V, H] (bf16 values),
     input_row_offsets uint32 [B + 1] -> (logits float32 [T, V], the greedy next token int64 [B]
     of each sequence: argmax at its last new token)."""
     # computed as (lm_head · normedᵀ)ᵀ: with the tokens on the product's column side (a symbolic
     # dimension) MAX's float32 matmul takes its GEMV (one token) or the vendor GEMM, where
     # [T, H] · [H, V] with static N and K takes a split-K tile kernel that costs ~31 µs at
     # 8 x 2048 x 256 (the decode step's LM head)
-    logits = ops.transpose(ops.matmul(_f32(lm_head), normed.T), 0, 1)
+    logits = ops.transpose(ops.matmul(lm_head, normed.T), 0, 1)
     last = ops.max(ops.cast(offsets, DType.int64)[1:] - 1, 0)
     next_ids = ops.argmax(ops.gather(logits, last, axis=0), axis=-1)
     return logits, ops.reshape(next_ids, [next_ids.shape[0]])
@@ -314,18 +345,21 @@ class DecoderLayer(Module):
         self.moe = MoEBlock(h, config.moe_intermediate_size, config.num_experts, config.top_k,
                             dtype=DTYPE, device=device)
 
-    def attention(self, x: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
+    def attention(self, x: TensorValue, x_fp8: tuple[TensorValue, TensorValue],
+                  offsets: TensorValue, kv: PagedCacheValues,
                   layout: TokenLayout | None) -> TensorValue:
-        """x bf16 [T, H] (normed) -> bf16 [T, q_size]: causal attention over the paged cache.
+        """x bf16 [T, H] (normed) and its e4m3 quantization x_fp8 (data, scales) -> bf16
+        [T, q_size]: causal attention over the paged cache.
 
-        Writes this step's K and V first (`PagedKVProjection`), then either reads the layer's
-        pages back through each token's lookup-table row (`layout`, "graph" attention) or runs
-        MAX's flash kernel over the cache (`layout` None, "flash" attention).
+        Writes this step's K and V first (`PagedKVProjection.write_quantized` of x_fp8), then
+        either reads the layer's pages back through each token's lookup-table row (`layout`,
+        "graph" attention) or runs MAX's flash kernel over the cache (`layout` None, "flash"
+        attention).
         """
         c = self.config
         t = x.shape[0]
         hk, grp, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
-        self.kv_proj(x, offsets, kv)
+        self.kv_proj.write_quantized(*x_fp8, offsets, kv)
         if layout is None:
             return flash_attention(c.kv_params(x.device), self.q_proj(x), offsets, kv,
                                    self.layer_idx, d)
@@ -347,19 +381,26 @@ class DecoderLayer(Module):
         out = ops.matmul(probs, v)  # [T, Hk, G, D]
         return _bf16(ops.reshape(out, [t, c.q_size]))
 
-    def __call__(self, h: TensorValue, offsets: TensorValue, kv: PagedCacheValues,
-                 layout: TokenLayout | None) -> TensorValue:
-        """Residual stream float32 [T, H] -> float32 [T, H] (`layout` None: flash attention)."""
-        attn = self.attention(_bf16(self.attn_norm(h)), offsets, kv, layout)
-        h = h + _f32(self.o_proj(attn))
-        return h + _f32(self.moe(_bf16(self.ffn_norm(h))))
+    def __call__(self, h: TensorValue, pending: TensorValue | None, offsets: TensorValue,
+                 kv: PagedCacheValues,
+                 layout: TokenLayout | None) -> tuple[TensorValue, TensorValue]:
+        """(h, pending) -> (h', pending'): the residual stream is h + pending, its last branch
+        output not yet added, so that each add runs inside the next norm's kernel
+        (`RMSNorm.add`). h float32 [T, H] (the bf16 embeddings before the first layer), pending
+        bf16 [T, H] or None; returns h' float32 [T, H] (after attention's add) and this
+        layer's MoE output bf16 [T, H]. `layout` None: flash attention."""
+        h, x, x_fp8 = self.attn_norm.add_fp8(h, pending, self.kv_proj.block)
+        attn = self.attention(x, x_fp8, offsets, kv, layout)
+        h, x = self.ffn_norm.add(h, self.o_proj(attn))
+        return h, self.moe(x)
 
 
 class MoEDecoder(Module):
     """The example decoder: embedding, `num_layers` `DecoderLayer`s, final norm, LM head.
 
     Weights: `embed_weight` bf16 [V, H], `layers.{i}.…` (see `DecoderLayer`),
-    `final_norm.weight` float32 [H] (bf16 values), `lm_head_weight` bf16 [V, H]; fill them with
+    `final_norm.weight` float32 [H] and `lm_head_weight` float32 [V, H] (bf16 values, as
+    `widened_buffer` stores them); fill them with
     `load_state_dict(model.state(weights))`. Call it with the graph inputs of
     `graph_input_types` (tokens, input_row_offsets, PagedCacheValues) to get
     (logits float32 [T, V], next token int64 [B]). `kv_devices`: the devices the layers' K/V
@@ -376,7 +417,7 @@ class MoEDecoder(Module):
         self.layers = LayerList([DecoderLayer(config, i, device, kv_devices)
                                  for i in range(config.num_layers)])
         self.final_norm = RMSNorm(h, config.rms_eps, device)
-        self.lm_head_weight = Weight("lm_head_weight", DTYPE, [v, h], device)
+        self.lm_head_weight = Weight("lm_head_weight", DType.float32, [v, h], device)
 
     def __call__(self, tokens: TensorValue, offsets: TensorValue,
                  kv: PagedCacheValues) -> tuple[TensorValue, TensorValue]:
@@ -385,23 +426,28 @@ class MoEDecoder(Module):
         t = tokens.shape[0]
         layout = (token_layout(t, offsets, kv, self.config.page_size)
                   if self.config.attention == "graph" else None)
-        h = _f32(ops.gather(TensorValue(self.embed_weight), tokens, axis=0))
+        h: TensorValue = ops.gather(TensorValue(self.embed_weight), tokens, axis=0)
+        pending: TensorValue | None = None
         for layer in self.layers:
-            h = layer(h, offsets, kv, layout)
-        return logits_and_next(_f32(_bf16(self.final_norm(h))),
+            h, pending = layer(h, pending, offsets, kv, layout)
+        return logits_and_next(_f32(self.head_input(h, pending)),
                                TensorValue(self.lm_head_weight), offsets)
+
+    def head_input(self, h: TensorValue, pending: TensorValue | None) -> TensorValue:
+        """The final norm of the residual stream h + pending (`DecoderLayer`), bf16 [T, H]."""
+        return self.final_norm.last(h, pending)
 
     def state(self, weights: DecoderWeights) -> dict[str, Buffer]:
         """The state dict (graph weight names -> host buffers) of `weights`."""
         if weights.config != self.config:
             raise ValueError("MoEDecoder: weights were made for another DecoderConfig")
         state = {"embed_weight": to_buffer(weights.embed, DTYPE),
-                 "final_norm.weight": norm_buffer(weights.final_norm),
-                 "lm_head_weight": to_buffer(weights.lm_head, DTYPE)}
+                 "final_norm.weight": widened_buffer(weights.final_norm),
+                 "lm_head_weight": widened_buffer(weights.lm_head)}
         for i, (layer, w) in enumerate(zip(self.layers, weights.layers, strict=True)):
             parts = {
-                "attn_norm.weight": norm_buffer(w.attn_norm),
-                "ffn_norm.weight": norm_buffer(w.ffn_norm),
+                "attn_norm.weight": widened_buffer(w.attn_norm),
+                "ffn_norm.weight": widened_buffer(w.ffn_norm),
                 **{f"q_proj.{k}": b for k, b in layer.q_proj.int4_state(w.q).items()},
                 **{f"o_proj.{k}": b for k, b in layer.o_proj.int4_state(w.o).items()},
                 **{f"kv_proj.{k}": b for k, b in layer.kv_proj.fp8_state(w.k, w.v).items()},

@@ -6,7 +6,8 @@ Per layer and device i of n: the replicated RMSNorm, the Q projection's rows (he
 written into device i's paged cache (`PagedKVProjection` head shards, MAX's multi-device
 cache), MAX's flash attention over those heads, the O projection's matching input columns
 (row-parallel `Int4Linear`, a partial sum); the partial sums are allreduced in float32 and
-added to the residual stream, which every device keeps whole. The MoE block is expert-parallel
+added to the residual stream, which every device keeps whole (the add inside the next norm's
+kernel, `add_rms_norm`, as in the one-device decoder). The MoE block is expert-parallel
 (`MoEBlock` expert shards: E/n experts per device, routing replicated, tokens routed elsewhere
 are the grouped op's zero rows); its partial outputs are allreduced the same way. Embedding,
 final norm and LM head are replicated; device 0 returns the logits and the next tokens.
@@ -22,10 +23,11 @@ from max.graph import Module as GraphModule
 from max.nn import Allreduce, Signals
 from max.nn.kv_cache import PagedCacheValues
 
+from ..norm.op import add_rms_norm
 from .decoder import (
+    DTYPE,
     DecoderConfig,
     MoEDecoder,
-    _bf16,
     _f32,
     flash_attention,
     graph_input_types,
@@ -95,8 +97,17 @@ class ShardedMoEDecoder(MoEDecoder):
         this step's K/V into every device's cache."""
         c, devs, sig = self.config, self.devices, list(signals)
         embeds = self.embed_weight.shard(devs)
-        h = [_f32(ops.gather(TensorValue(e), tok, axis=0))
-             for e, tok in zip(embeds, tokens, strict=True)]
+        # the residual stream h + pending per device, as in `DecoderLayer`: each add runs in
+        # the next norm's kernel (`add_rms_norm`); h starts as the bf16 embedding rows
+        h = [ops.gather(TensorValue(e), tok, axis=0) for e, tok in zip(embeds, tokens, strict=True)]
+        pending: list[TensorValue | None] = [None] * len(devs)
+
+        def norm(i: int, w: TensorValue) -> TensorValue:
+            s, x = add_rms_norm(h[i], pending[i], w, c.rms_eps, DTYPE)
+            assert s is not None
+            h[i] = s
+            return x
+
         for layer in self.layers:
             attn_w = layer.attn_norm.weight.shard(devs)
             ffn_w = layer.ffn_norm.weight.shard(devs)
@@ -104,16 +115,17 @@ class ShardedMoEDecoder(MoEDecoder):
             for i, (q, kv, o) in enumerate(zip(layer.q_proj.shard(devs),
                                                layer.kv_proj.shard(devs),
                                                layer.o_proj.shard(devs), strict=True)):
-                x = _bf16(ops.rms_norm(h[i], TensorValue(attn_w[i]), c.rms_eps))
+                x = norm(i, TensorValue(attn_w[i]))
                 kv(x, offsets[i], kvs[i])
                 parts.append(o(flash_attention(kv.kv_params, q(x), offsets[i], kvs[i],
                                                layer.layer_idx, c.head_dim)))
-            h = [hi + a for hi, a in zip(h, self._sum(parts, sig), strict=True)]
-            experts = [moe(_bf16(ops.rms_norm(hi, TensorValue(w), c.rms_eps)))
-                       for moe, hi, w in zip(layer.moe.shard(devs), h, ffn_w, strict=True)]
-            h = [hi + y for hi, y in zip(h, self._sum(experts, sig), strict=True)]
-        norm_w = self.final_norm.weight.shard(devs)[0]
-        return _f32(_bf16(ops.rms_norm(h[0], TensorValue(norm_w), c.rms_eps)))
+            pending = list(self._sum(parts, sig))
+            experts = [moe(norm(i, TensorValue(w)))
+                       for i, (moe, w) in enumerate(zip(layer.moe.shard(devs), ffn_w,
+                                                        strict=True))]
+            pending = list(self._sum(experts, sig))
+        norm_w = TensorValue(self.final_norm.weight.shard(devs)[0])
+        return _f32(add_rms_norm(h[0], pending[0], norm_w, c.rms_eps, DTYPE, keep_sum=False)[1])
 
 
 def sharded_graph_input_types(config: DecoderConfig, devices: Sequence[DeviceRef]) -> list:
