@@ -1,22 +1,25 @@
 """Entries of `rms_norm_rows` and `add_rms_norm_rows`: check the tensors, then run the CPU or GPU
 path."""
 
+from std.utils.index import IndexList
 from extensibility import InputTensor, OutputTensor
 from max.gpu.host import DeviceContext
 
+from ..common.checks import row_major_shape
 from .cpu import rms_norm_rows_cpu
 from .kernels.rows import rms_norm_rows_gpu
 from .norm import ADD_OP_NAME, OP_NAME, is_norm_input, is_norm_output
 
 
-def _check_dense[dtype: DType](
-    name: StaticString, op: StaticString, t: InputTensor[dtype=dtype, rank=2, ...], T: Int, H: Int
+def _expect(
+    op: StaticString, name: StaticString, shape: IndexList[2], strides: IndexList[2], rows: Int,
+    cols: Int,
 ) raises:
-    if t.dim_size(0) != T or t.dim_size(1) != H:
-        raise Error(op, ": ", name, " must be [T = ", T, ", H = ", H, "], got [", t.dim_size(0),
-                    ", ", t.dim_size(1), "]")
-    if H > 0 and (t.strides()[1] != 1 or (T > 1 and t.strides()[0] != H)):
-        raise Error(op, ": ", name, " must be dense [T, H]")
+    """Raises an Error naming the tensor unless it is a dense row-major [rows, cols]."""
+    if shape[0] != rows or shape[1] != cols:
+        raise Error(op, ": ", name, " must be [", rows, ", ", cols, "], got [", shape[0], ", ",
+                    shape[1], "]")
+    _ = row_major_shape(shape, strides, name)
 
 
 def rms_norm_rows_run[
@@ -48,31 +51,20 @@ def rms_norm_rows_run[
     )
     var T = h.dim_size(0)
     var H = h.dim_size(1)
-    _check_dense(StaticString("h"), op, h, T, H)
+    _expect(op, "h", h.shape(), h.strides(), T, H)
     comptime if has_y:
-        _check_dense(StaticString("y"), op, y, T, H)
-    if weight.dim_size(0) != H or (H > 1 and weight.strides()[0] != 1):
-        raise Error(op, ": weight must be dense [H = ", H, "], got [", weight.dim_size(0), "]")
-    if normed.dim_size(0) != T or normed.dim_size(1) != H:
-        raise Error(op, ": normed must be [T = ", T, ", H = ", H, "]")
-    if H > 0 and (normed.strides()[1] != 1 or (T > 1 and normed.strides()[0] != H)):
-        raise Error(op, ": normed must be dense [T, H]")
-    var write_sum = sum.dim_size(0) != 0
-    if write_sum and (sum.dim_size(0) != T or sum.dim_size(1) != H):
-        raise Error(op, ": sum must be [T = ", T, ", H = ", H, "] or have 0 rows, got [",
-                    sum.dim_size(0), ", ", sum.dim_size(1), "]")
-    if write_sum and H > 0 and (sum.strides()[1] != 1 or (T > 1 and sum.strides()[0] != H)):
-        raise Error(op, ": sum must be dense [T, H]")
+        _expect(op, "y", y.shape(), y.strides(), T, H)
+    if weight.dim_size(0) != H:
+        raise Error(op, ": weight must be [H = ", H, "], got [", weight.dim_size(0), "]")
+    _ = row_major_shape(weight.shape(), weight.strides(), "weight")
+    _expect(op, "normed", normed.shape(), normed.strides(), T, H)
+    var write_sum = sum.dim_size(0) != 0  # 0 rows: the caller does not keep the sum
+    if write_sum:
+        _expect(op, "sum", sum.shape(), sum.strides(), T, H)
     var rows = T if fp8_block > 0 else 0
     var n_kb = (H + fp8_block - 1) // fp8_block if fp8_block > 0 else 0
-    if data.dim_size(0) != rows or data.dim_size(1) != H or (
-        rows > 1 and (data.strides()[0] != H or data.strides()[1] != 1)
-    ):
-        raise Error(op, ": data must be dense [", rows, ", H = ", H, "]")
-    if scales.dim_size(0) != n_kb or scales.dim_size(1) != rows or (
-        n_kb > 0 and rows > 1 and (scales.strides()[0] != rows or scales.strides()[1] != 1)
-    ):
-        raise Error(op, ": scales must be dense [", n_kb, ", ", rows, "]")
+    _expect(op, "data", data.shape(), data.strides(), rows, H)
+    _expect(op, "scales", scales.shape(), scales.strides(), n_kb, rows)
     var dp = data.unsafe_ptr().as_unsafe_any_origin().unsafe_bitcast[Float8_e4m3fn]()
     var qp = scales.unsafe_ptr().as_unsafe_any_origin()
     var sp = sum.unsafe_ptr().as_unsafe_any_origin()

@@ -36,6 +36,8 @@ def add_rms_norm(h: TensorValue, y: TensorValue | None, weight: TensorValue, eps
     (`norm.contract.ADD_RMS_NORM`) at graph build time, ValueError for a GPU target no kernel
     path supports (`core.targets`).
     """
+    ADD_RMS_NORM.validate({"h": h, "y": y, "weight": weight, "eps": eps,
+                           "out_dtype": out_dtype, "keep_sum": keep_sum})
     s, normed, _, _ = _emit(h, y, weight, eps, out_dtype, keep_sum, 0)
     return s, normed
 
@@ -60,11 +62,8 @@ def add_rms_norm_fp8(h: TensorValue, y: TensorValue | None, weight: TensorValue,
 def _emit(h: TensorValue, y: TensorValue | None, weight: TensorValue, eps: float,
           out_dtype: DType, keep_sum: bool, fp8_block: int,
           ) -> tuple[TensorValue | None, TensorValue, TensorValue, TensorValue]:
-    """The op on the graph: (s or None, normed, data, scales); data [0, H] and scales [0, 0]
-    when fp8_block is 0."""
-    if not fp8_block:
-        ADD_RMS_NORM.validate({"h": h, "y": y, "weight": weight, "eps": eps,
-                               "out_dtype": out_dtype, "keep_sum": keep_sum})
+    """The op on the graph, on arguments the caller has validated: (s or None, normed, data,
+    scales); data [0, H] and scales [0, 0] when fp8_block is 0."""
     ensure_kernels_loaded()
     device = h.device
     name = OP_NAME if y is None else ADD_OP_NAME
