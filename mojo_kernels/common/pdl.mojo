@@ -10,6 +10,8 @@ these programmatic edges, so decode replays overlap consecutive kernels too. On 
 without PDL the attributes are empty and both calls compile to nothing.
 """
 
+from std.sys import inlined_assembly, is_nvidia_gpu
+
 from max.gpu.host.launch_attribute import LaunchAttribute
 from max.gpu.primitives.grid_controls import (
     PDLLevel,
@@ -23,3 +25,13 @@ from max.gpu.primitives.grid_controls import (
 def pdl_attributes() -> List[LaunchAttribute]:
     """Launch attributes of a kernel that follows the PDL protocol above (empty without PDL)."""
     return pdl_launch_attributes(PDLLevel.ON)
+
+
+@always_inline
+def prefetch_l2[dtype: DType](p: Pointer[Scalar[dtype], MutAnyOrigin], i: Int):
+    """Starts fetching the 128-byte line holding p[i] into L2 without waiting for it (NVIDIA's
+    `prefetch.global.L2`; nothing elsewhere): a kernel's pre-wait work for data it reads after
+    `wait_on_dependent_grids` as dependent loads it cannot hold in registers."""
+    comptime if is_nvidia_gpu():
+        inlined_assembly["prefetch.global.L2 [$0];", NoneType, constraints="l",
+                         has_side_effect=True](p.unsafe_offset(i))

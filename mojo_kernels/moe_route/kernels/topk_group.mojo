@@ -49,7 +49,12 @@ from max.gpu.primitives.warp import match_any, shuffle_up, shuffle_xor
 from max.gpu.primitives.warp import max as warp_max
 from max.gpu.sync import syncwarp
 
-from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
+from ...common.pdl import (
+    launch_dependent_grids,
+    pdl_attributes,
+    prefetch_l2,
+    wait_on_dependent_grids,
+)
 from ...common.target import FORCE_AUTO, gpu_path, has_clusters, has_mma_sync
 from ..route import key_expert, key_logit, logit_key
 
@@ -155,7 +160,7 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool, CH: Int](
     """Columns one 16-byte load of every lane covers."""
     var smem = external_memory[Float32, address_space=AddressSpace.SHARED, alignment=16]()
     # PDL (common/pdl.mojo): resident early; the router weight is no earlier kernel's output,
-    # but x is, so everything waits (the weight loads then overlap the first x loads)
+    # but x is: the weight rows are prefetched into L2 before the wait, everything else after
     launch_dependent_grids()
     var rank = 0
     comptime if CS > 1:
@@ -177,6 +182,18 @@ def _router_kernel[dtype: DType, CS: Int, BT: Int, GROUP: Bool, CH: Int](
     var sliced = part if hs == 1 else ranked.unsafe_offset(TPR * n_e)
     var pairs = ceildiv(mine, 2)
     var h_len = ceildiv(ceildiv(n_h, hs), SPAN) * SPAN
+    # The weight rows of this warp's first work item (its whole work at decode sizes) start
+    # towards L2 before the wait: at one token the router's time is HBM latency, not bytes.
+    if warp < pairs * hs:
+        var pa = w.unsafe_offset((e_lo + 2 * (warp % pairs)) * n_h)
+        var pb = w.unsafe_offset((e_lo + min(2 * (warp % pairs) + 1, mine - 1)) * n_h)
+        var c_lo = (warp // pairs) * h_len
+        var c_hi = min(n_h, c_lo + h_len)
+        var c = c_lo + lane * VEC
+        while c < c_hi:
+            prefetch_l2(pa, c)
+            prefetch_l2(pb, c)
+            c += SPAN
     wait_on_dependent_grids()
 
     # Work item i = (pair i % pairs: local experts 2 p and 2 p + 1, H slice i / pairs); warp
