@@ -2,10 +2,10 @@
 for sm_80, sm_100a and gfx950 (one graph holding every op) on this (GPU-less) machine via
 virtual devices; so does the sharded example decoder up to its LM head (every kind of shard the
 decoder uses, MAX's allreduce) over 2 virtual sm_90a devices, in one module with the
-specializations' graph. sm_89 (Ada) is not compiled here: its kernels are sm_80's instructions
-(MAX 26.7's PTX for sm_89 has no FP8 mma.sync, so the Ampere path is the same code) with the
-99 KB shared-memory configs, which are the forced Ampere path's (tests/test_int4_plan.py checks
-that the plans agree) that tests/test_forced_paths.py compiles and runs on the GPU.
+specializations' graph. sm_89 (Ada) is not compiled here: it runs the Ampere path (the PTX MAX
+emits for it has no FP8 mma.sync), so its instructions are sm_80's, and its 99 KB shared-memory
+configs are the forced Ampere path's (tests/test_int4_plan.py checks that the plans agree),
+which tests/test_forced_paths.py compiles and runs on the GPU.
 
 Runs in a subprocess (virtual devices are process-wide and must be set before any device), on
 the suite's background lane (tests/background.py).
