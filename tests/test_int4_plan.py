@@ -83,6 +83,9 @@ WG64N = WG.format("64x128x64", 2, 1, 4, 8, " ctas=2", 100480)
 WG64W = WG.format("64x512x64", 4, 2, 2, 7, "", 179312)
 WG128 = WG.format("128x256x64", 2, 2, 4, 8, "", 200832)
 WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
+SK = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw=2 wg=2 kg=4 stages=8 split_k=1 streamk ctas=132 smem={}"
+SK64 = SK.format("64x256x64", 135296)
+SK128 = SK.format("128x256x64", 200832)
 
 
 @pytest.mark.parametrize(
@@ -100,34 +103,35 @@ WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
         ("70B.gate_up", 16, M16.format(1)),
         ("70B.down", 16, K8.format(1)),
         # M = 32 and 64: no table entries; dispatch.small_m_tile_rule: the 2-CTA-per-SM
-        # 64 x 128 tile at the split that fills the SMs, the 64 x 512 tile on the widest layer
-        # and the longest K
+        # 64 x 128 tile at the split that fills the SMs, the 64 x 512 tile on the widest layer,
+        # stream-K where a tile has many K steps and the cluster splits cannot fill the SMs
         ("8B.qkv", 32, WG64N.format(4)),
         ("8B.o", 32, WG64N.format(6)),
         ("8B.gate_up", 32, WG64N.format(1)),
         ("8B.down", 32, WG64N.format(6)),
-        ("70B.qkv", 32, WG64N.format(2)),
+        ("70B.qkv", 32, SK64),
         ("70B.o", 32, WG64N.format(3)),
         ("70B.gate_up", 32, WG64W.format(1)),
-        ("70B.down", 32, WG64W.format(6)),
+        ("70B.down", 32, SK64),
         ("8B.qkv", 64, WG64N.format(4)),
         ("8B.o", 64, WG64N.format(6)),
         ("8B.gate_up", 64, WG64N.format(1)),
         ("8B.down", 64, WG64N.format(6)),
-        ("70B.qkv", 64, WG64N.format(2)),
+        ("70B.qkv", 64, SK64),
         ("70B.o", 64, WG64N.format(3)),
         ("70B.gate_up", 64, WG64W.format(1)),
-        ("70B.down", 64, WG64W.format(6)),
+        ("70B.down", 64, SK64),
         # M = 128: no table entries (the rule does as well held out): 128 x 256, the one-wave
-        # split with the fewest stages per CTA
+        # split with the fewest stages per CTA, or stream-K where that leaves SMs idle (8B.gate_up:
+        # 112 tiles on 132 SMs) or needs a second wave (70B.gate_up: 224 tiles)
         ("8B.qkv", 128, WG128.format(4)),
         ("8B.o", 128, WG128.format(6)),
-        ("8B.gate_up", 128, WG128.format(1)),
+        ("8B.gate_up", 128, SK128),
         ("8B.down", 128, WG128.format(6)),
-        ("70B.qkv", 128, WG128.format(2)),
-        ("70B.o", 128, WG128.format(3)),
-        ("70B.gate_up", 128, WG128.format(1)),
-        ("70B.down", 128, WG128.format(3)),
+        ("70B.qkv", 128, SK128),
+        ("70B.o", 128, SK128),
+        ("70B.gate_up", 128, SK128),
+        ("70B.down", 128, SK128),
     ],
 )
 def test_llama3_small_m_plans_follow_the_table(layer: str, m: int, expected: str) -> None:

@@ -29,7 +29,7 @@ from .config import (
 )
 from ..common.pdl import pdl_attributes
 from .kernels.mma import int4_gemm_mma_kernel, int4_gemv_kernel
-from .kernels.wgmma import launch_int4_gemm_wgmma
+from .kernels.wgmma import launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk, streamk_ctas, streamk_units
 from .tuning_sm90 import (
     CFG_LARGE,
     CFG_M8,
@@ -52,6 +52,9 @@ from .tuning_sm90 import (
     WG_VAR_128,
     WG_VAR_128K,
     WG_VAR_256,
+    WG_VAR_64_SK,
+    WG_VAR_128_SK,
+    WG_VAR_256_SK,
     WGMMA_MIN_M,
     tuned_choice,
     tuned_wgmma,
@@ -115,6 +118,54 @@ comptime WG256_MIN_M = 257
 below, a 256-token tile is at least half empty or the 128-token tiles were measured best)."""
 
 
+comptime SK_UNIT_COST = 21
+"""Cost of one 64-K stage of a stream-K CTA (128 x 256 or 256 x 128 tiles), in the units above.
+The stream-K constants here and `SMALL_M_SK_*` were fitted (least squares, time = fixed + a x
+stages of the busiest CTA + b x parts) to H100 times of 12 public layers at M = 64-1024
+(kernels/wgmma.launch_int4_gemm_wgmma_streamk against the dispatch's tiled launches, same
+binary), the µs mapped to these units by the same fit of the tiled model (8.9 µs + 0.038 µs
+per unit, within 10 % on those layers)."""
+comptime SK_PART_COST = 24
+"""Cost of each later part the owner of a split tile waits for and adds (a 64-128 KB fp32 tile
+read from L2, after its helper wrote it there)."""
+
+
+def _sk_fixed_cost(v: Int) -> Int:
+    """Fixed cost of a stream-K launch beyond a tiled launch's (the parts' stores and flags, the
+    owner's wait; WG_VAR_128_SK / WG_VAR_256_SK), in the units above."""
+    return 30 if v == WG_VAR_256_SK else 100
+
+
+def streamk_shape(m: Int, n: Int, kp: Int, v: Int) -> Tuple[Int, Int]:
+    """(64-K stages per CTA, parts a split tile has at most) of the stream-K launch of `v` over
+    SM90_SMS SMs: the units (tile x stage) are dealt out evenly, so a tile of T stages spreads
+    over up to ceil((T - 1) / floor(units per CTA)) CTAs after its owner."""
+    var cfg = wgmma_config_for(v)
+    var stages = kp // 64
+    var units = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt) * stages
+    var ctas = streamk_ctas(cfg, m, n, kp, SM90_SMS)
+    var per = units // ctas
+    return (ceildiv(units, ctas), min(ctas - 1, ceildiv(stages - 1, per)))
+
+
+def streamk_ok(m: Int, n: Int, kp: Int, v: Int) -> Bool:
+    """Whether the stream-K launch of `v` fits its kernel's 32-bit unit arithmetic."""
+    var cfg = wgmma_config_for(v)
+    return streamk_units(cfg, m, n, kp) * streamk_ctas(cfg, m, n, kp, SM90_SMS) < 1 << 32
+
+
+def _streamk_pays(sk_cost: Int, cost: Int) -> Bool:
+    """A stream-K launch replaces the tiled plan of cost `cost` only where the model expects
+    it at least 2 % faster: the models' own error is about that (fitted H100 times, within a
+    few % on the 12 layers they were fitted on), and a near tie is a coin toss."""
+    return sk_cost * 50 < cost * 49
+
+
+def _streamk_cost(m: Int, n: Int, kp: Int, v: Int) -> Int:
+    var sh = streamk_shape(m, n, kp, v)
+    return _sk_fixed_cost(v) + sh[0] * SK_UNIT_COST + sh[1] * SK_PART_COST
+
+
 def _wgmma_stage_cost(v: Int) -> Int:
     """The rule's cost of one 64-K stage of a 1-CTA-per-SM tile variant: a 64 x 256 stage costs
     3/4 of a 128 x 256 one (it dequantizes the same weights for half the tokens), a 256 x 128
@@ -172,6 +223,11 @@ def _small_m_stream_cost(v: Int) -> Int:
     return 1530
 
 
+comptime SMALL_M_SK_FIXED = 108100
+comptime SMALL_M_SK_UNIT = 6560
+comptime SMALL_M_SK_PART = 5300
+"""`small_m_tile_rule`'s cost (1e-4 µs) of WG_CFG_64 as a stream-K launch: fixed + per 64-K
+stage of the busiest CTA + per later part of a split tile."""
 comptime SMALL_M_LONE_64N_COST = 2232
 """The same for a WG_CFG_64N CTA alone on its SM: one consumer warpgroup and an 8-stage ring of
 64 x 128 tiles keep fewer bytes in flight than an SM can take, so it streams slower."""
@@ -197,7 +253,8 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     Lowest cost wins, ties to the earlier config and the smaller split. The constants were
     fitted to a sweep at M = 20, 32, 64 (H100 and H200, 1,260 records; predictions within 1.06x
     mean; fitted without a model's layers, its picks on them were 1.04-1.06x the best
-    candidate). On the committed H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
+    candidate). Then WG_CFG_64 as a stream-K launch (`SMALL_M_SK_*`: fixed + the busiest CTA's
+    stages + the parts of a split tile), where it is expected at least 2 % faster. On the committed H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
     1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave rule's
     1.099x / 1.103x / 1.083x."""
     var stages = kp // 64
@@ -223,6 +280,10 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 best_v = v
                 best_s = sp
                 best_cost = cost
+    var sk = streamk_shape(m, n, kp, WG_VAR_64_SK)
+    var sk_cost = SMALL_M_SK_FIXED + sk[0] * SMALL_M_SK_UNIT + sk[1] * SMALL_M_SK_PART
+    if streamk_ok(m, n, kp, WG_VAR_64_SK) and _streamk_pays(sk_cost, best_cost):
+        return (WG_VAR_64_SK, 1)
     return (best_v, best_s)
 
 
@@ -236,7 +297,9 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     CTAs one wave holds) (`cluster_wave_cap`: cluster sizes pack into the GPCs unequally),
     stage costs as `_wgmma_stage_cost`; or, where cheaper, the full waves split 1 and the last
     partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
-    earlier tile of that list and the smaller split. M <= 64: `small_m_tile_rule`. On the H200
+    earlier tile of that list and the smaller split. Then the 256 x 128 (above 128 tokens) and
+    128 x 256 tiles as stream-K launches (`_streamk_cost`: the busiest CTA's stages, the parts a
+    split tile waits for, a fixed cost), where expected at least 2 % faster. M <= 64: `small_m_tile_rule`. On the H200
     sweep (M = 128-256, 28 layers) the uniform model is within
     1.4 % of the best candidate (geomean), where one-wave-or-split-1 was 3.8 % off (up to 45 %
     on layers whose split-1 grid needs two or more waves)."""
@@ -260,7 +323,31 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 best_v = v
                 best_s = sp
                 best_cost = cost
+    for v in [WG_VAR_256_SK, WG_VAR_128_SK]:
+        if (v == WG_VAR_256_SK and m <= 128) or not streamk_ok(m, n, kp, v):
+            continue
+        var cost = _streamk_cost(m, n, kp, v)
+        if _streamk_pays(cost, best_cost):
+            best_v = v
+            best_s = 1
+            best_cost = cost
     return (best_v, best_s)
+
+
+def is_streamk(v: Int) -> Bool:
+    """Whether wgmma variant `v` is a stream-K launch."""
+    return v == WG_VAR_64_SK or v == WG_VAR_128_SK or v == WG_VAR_256_SK
+
+
+def tiled_variant(v: Int) -> Int:
+    """The tiled (grid of tiles x split-K clusters) variant of the same tile as `v`."""
+    if v == WG_VAR_64_SK:
+        return WG_VAR_64
+    if v == WG_VAR_128_SK:
+        return WG_VAR_128
+    if v == WG_VAR_256_SK:
+        return WG_VAR_256
+    return v
 
 
 def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
@@ -269,6 +356,12 @@ def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
 
 
 def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
+    if v == WG_VAR_64_SK:
+        return WG_CFG_64
+    if v == WG_VAR_128_SK:
+        return WG_CFG_128
+    if v == WG_VAR_256_SK:
+        return WG_CFG_256
     if v == WG_VAR_64W:
         return WG_CFG_64W
     if v == WG_VAR_64N:
@@ -434,6 +527,8 @@ def int4_gemm_gpu[
         return  # an empty batch: nothing to write, and a zero grid must not be launched
     var plan = wgmma_plan(m, n, kp)
     var v = plan[0]
+    if split_k > 0:
+        v = tiled_variant(v)  # a caller's split: the tile of the plan as a cluster split-K grid
     var split = split_k if split_k > 0 else plan[1]
     var dp = wgmma_dp_tiles(m, n, kp, v, split)
     if v == WG_VAR_64:
@@ -454,6 +549,15 @@ def int4_gemm_gpu[
     elif v == WG_VAR_256:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_256](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx, dp)
+    elif v == WG_VAR_64_SK:
+        launch_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, WG_CFG_64](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, ctx)
+    elif v == WG_VAR_128_SK:
+        launch_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, WG_CFG_128](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, ctx)
+    elif v == WG_VAR_256_SK:
+        launch_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, WG_CFG_256](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, ctx)
     else:
         int4_gemm_gpu_mma[dtype, group_size, has_zeros, has_bias](
             output, x, qweight, scales, zeros, bias, m, n, kp, ctx, np_eff, split_k)
@@ -526,9 +630,14 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
     var v = plan[0]
     if v >= 0:
         var w = try_resolve_wgmma_config(wgmma_config_for(v), group_size, has_zeros, wgmma_smem_budget(wgmma_config_for(v)))
+        if split_k > 0:
+            v = tiled_variant(v)
         var sp = split_k if split_k > 0 else plan[1]
         w = w.with_split_k(min(sp, INT4_MAX_SPLIT))
         var dp = wgmma_dp_tiles(m, n, kp, v, sp)
+        if is_streamk(v):
+            return String("int4_gemm_wgmma ", w.with_split_k(1), " streamk ctas=",
+                          streamk_ctas(w, m, n, kp, SM90_SMS), " smem=", wgmma_smem_usage(w, group_size, has_zeros))
         var text = String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
         if dp > 0 and w.split_k > 1:
             text += String(" dp_tiles=", dp)

@@ -34,7 +34,7 @@ from mojo_kernels.int4_gemm.dispatch import int4_gemm_gpu, int4_gemm_gpu_config,
 from mojo_kernels.int4_gemm.entry import int4_gpu_plan_text, launch_int4_gemm
 from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, SMEM_BUDGET_AMPERE_SMALL
 from std.utils.index import IndexList
-from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma
+from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
     CFG_M16_K8, CFG_M8_K8, CFG_M32, CFG_M64, CFG_LARGE,
@@ -100,7 +100,9 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
 ) raises -> Bool:
     """Every wgmma config, launched directly with each split, against `refbuf` (all M rows);
     the 1-CTA-per-SM tiles also as the dispatch's data-parallel + split tail schedule (the
-    first third of the tiles split 1, the rest split sk)."""
+    first third of the tiles split 1, the rest split sk) and as stream-K launches of one CTA per
+    SM and of 7 and 61 CTAs (tiles spread over many CTAs; CTAs with whole tiles before their
+    last segment)."""
     var ok = True
 
     @always_inline
@@ -129,6 +131,23 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
             one[WG_CFG_64](splits[i], True)
             one[WG_CFG_128](splits[i], True)
             one[WG_CFG_256](splits[i], True)
+
+    @always_inline
+    @__parameter
+    def streamk[cfg: Int4WgmmaConfig](ctas: Int) raises:
+        var what = String(cfg.with_split_k(1), " streamk ctas=", ctas, " M=", m, " N=", n, " Kp=", kp)
+        fill_nan[dtype](ctx, op, m * n)
+        announce(what)
+        launch_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, ctx, ctas)
+        var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    direct ", what, ": rel err ", r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        ok = ok and good
+
+    for ctas in [0, 7, 61]:
+        streamk[WG_CFG_64](ctas)
+        streamk[WG_CFG_128](ctas)
+        streamk[WG_CFG_256](ctas)
     return ok
 
 
@@ -398,6 +417,8 @@ def main() raises:
     ok = random_case[DType.bfloat16, 128, False, False](ctx, 24, 2112, 2048) and ok
     if not small:
         ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
+        # a long-K layer (Gemma-2-27B's down projection) at 256 tokens: the dispatch's stream-K
+        ok = random_case[DType.bfloat16, 128, False, True](ctx, 256, 4608, 36864) and ok
     print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)

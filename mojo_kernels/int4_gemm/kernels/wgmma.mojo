@@ -45,7 +45,7 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
 
 from max.gpu import thread_idx, block_idx, grid_dim, barrier, MAX_THREADS_PER_BLOCK_METADATA
 from max.gpu.sync import named_barrier, syncwarp
-from max.gpu.host import DeviceContext, FuncAttribute, Dim
+from max.gpu.host import DeviceContext, FuncAttribute, Dim, DeviceAttribute
 from max.gpu.host.nvidia.tma import TensorMapSwizzle
 from max.gpu.memory import AddressSpace, external_memory
 from max.gpu.intrinsics import warpgroup_reg_alloc, warpgroup_reg_dealloc
@@ -131,6 +131,60 @@ def _bulk_g2s(dst: UInt32, src: UInt64, nbytes: Int, mbar: UInt32):
 
 
 @always_inline
+def _segment(u: UInt32, u_end: UInt32, stages: UInt32) -> Tuple[Int, Int, Int]:
+    """(tile, first stage, stages) of the segment of units [u, u_end) that starts at unit u:
+    the rest of u's tile, or less where u_end comes first (unit = tile * stages + stage)."""
+    var first = u % stages
+    return (Int(u // stages), Int(first), Int(min(stages - first, u_end - u)))
+
+
+@always_inline
+def _st_cg_f32x4(addr: UInt64, v: SIMD[F32, 4]):
+    """16-byte global store that stays out of L1 (the stream-K workspace: read by another SM)."""
+    inlined_assembly["st.global.cg.v4.f32 [$0], {$1, $2, $3, $4};", NoneType, constraints="l,f,f,f,f,~{memory}",
+                     has_side_effect=True](addr, v[0], v[1], v[2], v[3])
+
+
+@always_inline
+def _ld_cg_f32x4(addr: UInt64) -> SIMD[F32, 4]:
+    """16-byte global load from L2 (never a stale L1 line of another SM's workspace part)."""
+    var r = inlined_assembly[
+        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", _RegisterPackType[Float32, Float32, Float32, Float32],
+        constraints="=f,=f,=f,=f,l,~{memory}", has_side_effect=True,
+    ](addr)
+    return SIMD[F32, 4](r[0], r[1], r[2], r[3])
+
+
+@always_inline
+def _fence_acq_rel_gpu():
+    inlined_assembly["fence.acq_rel.gpu;", NoneType, constraints="~{memory}", has_side_effect=True]()
+
+
+@always_inline
+def _st_release_gpu(addr: UInt64, v: UInt32):
+    inlined_assembly["st.release.gpu.global.u32 [$0], $1;", NoneType, constraints="l,r,~{memory}",
+                     has_side_effect=True](addr, v)
+
+
+@always_inline
+def _ld_acquire_gpu(addr: UInt64) -> UInt32:
+    return inlined_assembly["ld.acquire.gpu.global.u32 $0, [$1];", UInt32, constraints="=r,l,~{memory}",
+                            has_side_effect=True](addr)
+
+
+@always_inline
+def _wait_flag(addr: UInt64):
+    """Spin until the stream-K flag at `addr` is set (acquire: the part it publishes is visible);
+    trap after WAIT_LIMIT_NS like the mbarrier waits."""
+    if _ld_acquire_gpu(addr) != 0:
+        return
+    var t0 = _globaltimer()
+    while _ld_acquire_gpu(addr) == 0:
+        if _globaltimer() - t0 > UInt64(WAIT_LIMIT_NS):
+            _trap()
+
+
+@always_inline
 def _saddr[T: AnyType](p: Pointer[T, MutUntrackedOrigin, address_space=AddressSpace.SHARED]) -> UInt32:
     return UInt32(Int(p))
 
@@ -197,7 +251,7 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
 )
 def int4_gemm_wgmma_kernel[
     dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig, staged: Bool,
-    x_tile: Coord, x_desc: Coord,
+    streamk: Bool, x_tile: Coord, x_desc: Coord,
 ](
     x_tma: TMATensorTile[dtype, x_tile, x_desc],
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -211,6 +265,8 @@ def int4_gemm_wgmma_kernel[
     np_dim: Int32,
     split_k: Int32,
     tile0: Int32,
+    ws_ptr: Pointer[Float32, MutAnyOrigin],
+    flag_ptr: Pointer[UInt32, MutAnyOrigin],
 ):
     """One CTA: tokens [m0, m0 + nt) x bands [band0, band0 + nwg * fpw) x its K share.
 
@@ -271,17 +327,31 @@ def int4_gemm_wgmma_kernel[
     var nbands = ceildiv(n, 64)
     var npb = np_ // 64  # bands present in memory (>= nbands)
     var ntn = ceildiv(nbands, NB)
-
-    # CTA -> (N-tile, M-tile, K part)
-    var ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
-    var tile = raster_tile[RASTER_GROUP_M](Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ceildiv(m, NT), ntn)
-    var tm = tile[0]
-    var tn = tile[1]
-    var band0 = tn * NB
-    var m0 = tm * NT
+    var ntm = ceildiv(m, NT)
     var total_st = kp // WG_BK
-    var st_begin = ks * total_st // nsplit
-    var nst = (ks + 1) * total_st // nsplit - st_begin
+
+    # This CTA's work: a tiled launch has one tile (in raster order) and its K share in the
+    # split-K cluster; a stream-K launch an even share [u_begin, u_end) of all (tile, 64-K
+    # stage) units, walked as segments of one tile each (`_segment`, 32-bit arithmetic: 64-bit
+    # divisions cost the warp-specialized roles their registers).
+    var ks = 0
+    var m0 = 0
+    var band0 = 0
+    var st_begin = 0
+    var nst = 0
+    var u_begin = UInt32(0)
+    var u_end = UInt32(0)
+    comptime if streamk:
+        var units = UInt32(ntm * ntn * total_st)
+        u_begin = UInt32(block_idx.x) * units // UInt32(grid_dim.x)
+        u_end = UInt32(block_idx.x + 1) * units // UInt32(grid_dim.x)
+    else:
+        ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
+        var tile = raster_tile[RASTER_GROUP_M](Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ntm, ntn)
+        m0 = tile[0] * NT
+        band0 = tile[1] * NB
+        st_begin = ks * total_st // nsplit
+        nst = (ks + 1) * total_st // nsplit - st_begin
 
     if tid == 0:
         comptime for s in range(S):
@@ -297,47 +367,65 @@ def int4_gemm_wgmma_kernel[
             warpgroup_reg_dealloc[cfg.producer_regs()]()
         if tid < 32:
             comptime xlay = tile_layout_k_major_typed[dtype, NT, WG_BK, SW128]
-            var contiguous = band0 + NB <= npb  # every band of the CTA is in memory
-            var per_row = 1 if contiguous else NB
-            var nsc = SR * per_row
-            var ncopies = NB + nsc * (2 if has_zeros else 1)
-            for it in range(nst):
-                var s = it % S
-                if it >= S:
-                    _mbar_wait(_saddr(empty.unsafe_offset(s)), UInt32(((it // S) & 1) ^ 1))
-                var st = st_begin + it
-                var fb = _saddr(full.unsafe_offset(s))
-                if lane == 0:
-                    full[unsafe_offset=s].expect_bytes(Int32(STAGE_TX))
-                    var dst = TileTensor(x_s.unsafe_offset(s * X_STAGE), xlay)
-                    x_tma.async_copy(dst, full[unsafe_offset=s], (st * WG_BK, m0))
-                syncwarp()
-                var grp0 = 0
-                comptime if not PER_CHANNEL:
-                    grp0 = st * WG_BK // group_size
-                var c = lane
-                while c < ncopies:
-                    if c < NB:
-                        # packed tiles of band band0 + c for this stage: KT * 512 contiguous bytes
-                        var band = min(band0 + c, npb - 1)
-                        var src = qw_ptr.unsafe_offset(band * kp * 8 + st * KT * 128)
-                        _bulk_g2s(_saddr(w_s.unsafe_offset(s * W_STAGE + c * KT * 512)), _gaddr(src), KT * 512, fb)
-                    else:
-                        var e = c - NB
-                        var is_z = e >= nsc
-                        if is_z:
-                            e -= nsc
-                        var r = e // per_row
-                        var b = e % per_row
-                        var band = band0 if contiguous else min(band0 + b, npb - 1)
-                        var goff = (grp0 + r) * np_ + band * 64
-                        var soff = s * S_STAGE + r * S_ROW + b * 64
-                        var nbytes = (NB if contiguous else 1) * 128
-                        if is_z:
-                            _bulk_g2s(_saddr(z_s.unsafe_offset(soff)), _gaddr(z_ptr.unsafe_offset(goff)), nbytes, fb)
+            @always_inline
+            @__parameter
+            def produce(m0: Int, band0: Int, st0: Int, count: Int, g0: Int):
+                """Loads of stages st0 .. st0 + count - 1 of the tile at token m0 and band band0
+                into ring positions g0 ..."""
+                var contiguous = band0 + NB <= npb  # every band of the CTA is in memory
+                var per_row = 1 if contiguous else NB
+                var nsc = SR * per_row
+                var ncopies = NB + nsc * (2 if has_zeros else 1)
+                for it in range(count):
+                    var g = g0 + it
+                    var s = g % S
+                    if g >= S:
+                        _mbar_wait(_saddr(empty.unsafe_offset(s)), UInt32(((g // S) & 1) ^ 1))
+                    var st = st0 + it
+                    var fb = _saddr(full.unsafe_offset(s))
+                    if lane == 0:
+                        full[unsafe_offset=s].expect_bytes(Int32(STAGE_TX))
+                        var dst = TileTensor(x_s.unsafe_offset(s * X_STAGE), xlay)
+                        x_tma.async_copy(dst, full[unsafe_offset=s], (st * WG_BK, m0))
+                    syncwarp()
+                    var grp0 = 0
+                    comptime if not PER_CHANNEL:
+                        grp0 = st * WG_BK // group_size
+                    var c = lane
+                    while c < ncopies:
+                        if c < NB:
+                            # packed tiles of band band0 + c for this stage: KT * 512 contiguous bytes
+                            var band = min(band0 + c, npb - 1)
+                            var src = qw_ptr.unsafe_offset(band * kp * 8 + st * KT * 128)
+                            _bulk_g2s(_saddr(w_s.unsafe_offset(s * W_STAGE + c * KT * 512)), _gaddr(src), KT * 512, fb)
                         else:
-                            _bulk_g2s(_saddr(s_s.unsafe_offset(soff)), _gaddr(s_ptr.unsafe_offset(goff)), nbytes, fb)
-                    c += 32
+                            var e = c - NB
+                            var is_z = e >= nsc
+                            if is_z:
+                                e -= nsc
+                            var r = e // per_row
+                            var b = e % per_row
+                            var band = band0 if contiguous else min(band0 + b, npb - 1)
+                            var goff = (grp0 + r) * np_ + band * 64
+                            var soff = s * S_STAGE + r * S_ROW + b * 64
+                            var nbytes = (NB if contiguous else 1) * 128
+                            if is_z:
+                                _bulk_g2s(_saddr(z_s.unsafe_offset(soff)), _gaddr(z_ptr.unsafe_offset(goff)), nbytes, fb)
+                            else:
+                                _bulk_g2s(_saddr(s_s.unsafe_offset(soff)), _gaddr(s_ptr.unsafe_offset(goff)), nbytes, fb)
+                        c += 32
+
+            comptime if streamk:
+                var g = 0
+                var u = u_begin
+                while u < u_end:
+                    var sg = _segment(u, u_end, UInt32(total_st))
+                    var tile = raster_tile[RASTER_GROUP_M](sg[0], ntm, ntn)
+                    produce(tile[0] * NT, tile[1] * NB, sg[1], sg[2], g)
+                    g += sg[2]
+                    u += UInt32(sg[2])
+            else:
+                produce(m0, band0, st_begin, nst, 0)
         # the consumers' epilogue barriers (split-1 tiles: named barriers of the consumers alone)
         comptime if staged:
             comptime for _ in range(WK):
@@ -400,22 +488,92 @@ def int4_gemm_wgmma_kernel[
                     acc[i] = _wgmma_rs[NT, dtype](afr[tt * FPW + i], bd + Int64(2 * tt), acc[i])
             wgmma_commit_group_sync()
 
-        for it in range(kw if WK > 1 else 0, nst, WK):
-            var s = it % S
-            _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32((it // S) & 1))
-            comptime for g in range(NGB):
-                var afr = dequant_batch[g](s)
-                mma_batch[g](afr, s)
-                wgmma_wait_group_sync[0]()
-            # every wgmma reading this stage has retired and this thread's own shared-memory
-            # reads (packed weights, scales) are done: each consumer thread hands the slot back
-            # itself, so the producer's wait orders every read before the refill
-            _ = empty[unsafe_offset=s].arrive()
-        wgmma_wait_group_sync[0]()
+        @always_inline
+        @__parameter
+        def mainloop(g0: Int, nst: Int):
+            """The segment's stages g0 .. g0 + nst - 1 of the ring (this partition's share)."""
+            for it in range(kw if WK > 1 else 0, nst, WK):
+                var s = (g0 + it) % S
+                _mbar_wait(_saddr(full.unsafe_offset(s)), UInt32(((g0 + it) // S) & 1))
+                comptime for g in range(NGB):
+                    var afr = dequant_batch[g](s)
+                    mma_batch[g](afr, s)
+                    wgmma_wait_group_sync[0]()
+                # every wgmma reading this stage has retired and this thread's own shared-memory
+                # reads (packed weights, scales) are done: each consumer thread hands the slot back
+                # itself, so the producer's wait orders every read before the refill
+                _ = empty[unsafe_offset=s].arrive()
+            wgmma_wait_group_sync[0]()
 
-        # ---------------------------- epilogue ----------------------------
         var lane_row = lane // 4
         var lane_col = lane % 4
+        comptime if streamk:
+            # ------------------------ stream-K segments ------------------------
+            # A tile's stages may be spread over consecutive CTAs: the CTA holding its first
+            # stage (the "owner": always that CTA's last segment) adds the later parts, which
+            # the following CTAs compute first thing and publish through the fp32 workspace
+            # (slot = their CTA index, at most one part per CTA) and a release flag.
+            comptime SLOT = FPW * NACC * NCT  # floats per workspace slot (one tile)
+            var cta = block_idx.x
+            var units = UInt32(ntm * ntn * total_st)
+            var g = 0
+            var u = u_begin
+            while u < u_end:
+                var sg = _segment(u, u_end, UInt32(total_st))
+                comptime for i in range(FPW):
+                    acc[i] = SIMD[F32, NACC](0)
+                mainloop(g, sg[2])
+                g += sg[2]
+                u += UInt32(sg[2])
+                var tile = raster_tile[RASTER_GROUP_M](sg[0], ntm, ntn)
+                var tm0 = tile[0] * NT
+                var col0 = tile[1] * NB * 64
+                if sg[1] > 0:
+                    # a later part of the tile: publish it for the owner
+                    var wp = ws_ptr.unsafe_offset(cta * SLOT)
+                    comptime for i in range(FPW):
+                        comptime for v in range(NACC // 4):
+                            _st_cg_f32x4(_gaddr(wp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)),
+                                         acc[i].slice[4, offset=4 * v]())
+                    _fence_acq_rel_gpu()
+                    named_barrier[Int32(NCT)](2)
+                    if cw == 0:
+                        _st_release_gpu(_gaddr(flag_ptr.unsafe_offset(cta)), 1)
+                    continue
+                if sg[2] < total_st:
+                    # the owner: add the parts of the CTAs after this one that hold the tile's rest
+                    var tile_end = UInt32((sg[0] + 1) * total_st)
+                    var h = cta + 1
+                    while h < grid_dim.x and UInt32(h) * units // UInt32(grid_dim.x) < tile_end:
+                        # (the launch has no more CTAs than units: every CTA holds a part)
+                        _wait_flag(_gaddr(flag_ptr.unsafe_offset(h)))
+                        var hp = ws_ptr.unsafe_offset(h * SLOT)
+                        comptime for i in range(FPW):
+                            comptime for v in range(NACC // 4):
+                                var part = _ld_cg_f32x4(_gaddr(hp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)))
+                                comptime for e in range(4):
+                                    acc[i][4 * v + e] += part[e]
+                        h += 1
+                    # every consumer thread has seen the flags: clear them for the next launch
+                    # (each part is consumed exactly once, so a launch leaves every flag 0)
+                    named_barrier[Int32(NCT)](2)
+                    if cw == 0:
+                        for f in range(cta + 1, h):
+                            flag_ptr[unsafe_offset=f] = 0
+                if u >= u_end:
+                    # the CTA's last segment: the ring is drained, the tile goes out through it
+                    _store_tile_16b[dtype, has_bias, NT, FPW, NB * 64, NCT](
+                        acc, smem.unsafe_bitcast[Scalar[dtype]](), c_ptr, b_ptr, tm0, col0,
+                        band_local * 64 + 16 * jb, cw, m, n)
+                else:
+                    # a whole tile with more segments after it: the producer is refilling the ring
+                    _store_fragments[dtype, has_bias, NT, FPW](
+                        acc, c_ptr, b_ptr, tm0, col0 + band_local * 64 + 16 * jb, lane, m, n)
+            return
+
+        mainloop(0, nst)
+
+        # ---------------------------- epilogue ----------------------------
         comptime if not staged:
             # one CTA and one warpgroup own the tile: its bf16 / fp16 values go token-major
             # through the drained ring by stmatrix, then out as 16-byte row pieces (a kernel
@@ -455,6 +613,31 @@ def int4_gemm_wgmma_kernel[
         _store_tile[dtype, has_bias, NT, NB * 64, NCT](red_s, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
         if nsplit > 1:
             cluster_sync()  # peers' shared memory must outlive every remote read
+
+
+@always_inline
+def _store_fragments[dtype: DType, has_bias: Bool, NT: Int, FPW: Int](
+    acc: Array[SIMD[F32, NT // 2], FPW],
+    c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
+    m0: Int, wcol: Int, lane: Int, m: Int, n: Int,
+):
+    """C (+ bias) of a tile straight from the fragments, masked to m x n, 2 bytes per store (the
+    stream-K segments that end while the ring still streams; see `_store_tile_16b` for the
+    layout: acc[i][4j + q] is column wcol + 16 i + 8 (q // 2) + lane / 4, token m0 + 8 j +
+    2 (lane % 4) + q % 2)."""
+    comptime for i in range(FPW):
+        comptime for h in range(2):
+            var col = wcol + 16 * i + 8 * h + lane // 4
+            if col < n:
+                var b: Float32 = 0
+                comptime if has_bias:
+                    b = b_ptr[unsafe_offset=col].cast[F32]()
+                comptime for j in range(NT // 8):
+                    comptime for e in range(2):
+                        var t = m0 + 8 * j + 2 * (lane % 4) + e
+                        if t < m:
+                            c_ptr[unsafe_offset=t * n + col] = (acc[i][4 * j + 2 * h + e] + b).cast[dtype]()
 
 
 @always_inline
@@ -646,11 +829,13 @@ def launch_int4_gemm_wgmma[
         var xt = TileTensor(x, row_major(Coord(m, kp)))
         var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
         comptime kernel = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, True, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         comptime direct = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, False, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, False, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
+        var no_ws = output.unsafe_bitcast[Float32]()  # the tiled launches have no workspace
+        var no_flags = output.unsafe_bitcast[UInt32]()
         var ntn = ceildiv(ceildiv(n, 64), r.bands())
         var ntm = ceildiv(m, r.nt)
         var tiles = ntn * ntm
@@ -660,12 +845,12 @@ def launch_int4_gemm_wgmma[
             if dp > 0:
                 ctx.enqueue_function[direct](
                     tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                    Int32(0), grid_dim=(dp, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                    Int32(0), no_ws, no_flags, grid_dim=(dp, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
                     func_attribute=attr)
             elif split == 1 and not capped:
                 ctx.enqueue_function[direct](
                     tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                    Int32(0), grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                    Int32(0), no_ws, no_flags, grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
                     func_attribute=attr)
                 return
         else:
@@ -673,15 +858,96 @@ def launch_int4_gemm_wgmma[
         if split == 1:
             ctx.enqueue_function[kernel](
                 tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-                Int32(0), grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
+                Int32(0), no_ws, no_flags, grid_dim=(ntn, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
                 func_attribute=attr)
         else:
             var grid = Dim((tiles - dp) * split, 1) if dp > 0 else Dim(ntn * split, ntm)
             ctx.enqueue_function[kernel](
                 tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
-                Int32(dp), grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem,
+                Int32(dp), no_ws, no_flags, grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem,
                 cluster_dim=Dim(split, 1, 1), func_attribute=attr)
 
+
+def streamk_ctas(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int, sms: Int) -> Int:
+    """CTAs of a stream-K launch of `cfg`: one per SM (cfg.ctas per SM), at most one per unit
+    (64-K stage of a tile). Every CTA must be resident at once: an owner waits for the parts
+    of the CTAs after it."""
+    return min(streamk_units(cfg, m, n, kp), sms * cfg.ctas)
+
+
+def streamk_units(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int) -> Int:
+    """(tile, 64-K stage) units of the problem for `cfg`'s tiles; a stream-K launch of G CTAs
+    needs units * G < 2^32 (the kernel deals them out in 32-bit arithmetic)."""
+    return ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt) * (kp // WG_BK)
+
+
+def launch_int4_gemm_wgmma_streamk[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int, n: Int, kp: Int, np_: Int,
+    ctx: DeviceContext,
+    ctas: Int = 0,
+) raises:
+    """`int4_gemm_wgmma_kernel` as a stream-K launch: `ctas` CTAs (0: `streamk_ctas` for this
+    GPU's SMs; never more than the problem's units) split the (tile, 64-K stage) units of the problem evenly, so every SM works
+    the whole kernel whatever the tile count; a tile split between CTAs is summed in fp32 by
+    the CTA holding its first stage, from a workspace of one tile per CTA and one flag per CTA
+    (allocated and the flags zeroed on the stream, per call)."""
+    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
+    comptime if r.stages == 0 or r.wk != 1:
+        raise Error("multistage_gemm_q: stream-K wgmma config ", cfg, " does not fit the budget or has warp-k partitions")
+    else:
+        comptime assert r.nt * (r.bn() + 8) * 2 <= wgmma_ring_bytes(r, group_size, has_zeros), "the output tile fits the drained ring"
+        var sms = ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT)
+        # at most one CTA per unit: an owner waits for every CTA whose range starts in its tile
+        var grid = min(ctas, streamk_ctas(r, m, n, kp, 1 << 30)) if ctas > 0 else streamk_ctas(r, m, n, kp, sms)
+        if grid > sms * r.ctas:
+            raise Error("multistage_gemm_q: a stream-K launch of ", grid, " CTAs cannot be resident at once on ", sms, " SMs")
+        if streamk_units(r, m, n, kp) * grid >= 1 << 32:
+            raise Error("multistage_gemm_q: a stream-K launch of ", m, " x ", n, " x ", kp, " over ", grid, " CTAs overflows its 32-bit unit arithmetic")
+        var ws = ctx.enqueue_create_buffer[DType.float32](grid * r.nt * r.bn())
+        var flags = ctx.enqueue_create_buffer[DType.uint32](grid)
+        flags.enqueue_fill(0)
+        enqueue_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, cfg](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_, ctx, grid,
+            ws.unsafe_ptr().as_unsafe_any_origin(), flags.unsafe_ptr().as_unsafe_any_origin())
+
+
+def enqueue_int4_gemm_wgmma_streamk[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int, n: Int, kp: Int, np_: Int,
+    ctx: DeviceContext,
+    grid: Int,
+    workspace: Pointer[Float32, MutAnyOrigin],
+    flags: Pointer[UInt32, MutAnyOrigin],
+) raises:
+    """The stream-K launch of `grid` CTAs (at most `streamk_ctas(cfg, m, n, kp, SMs)`) on a
+    caller's workspace (grid tiles of nt x bn fp32) and flags (grid words, 0 on entry; the
+    launch leaves them 0)."""
+    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
+    comptime smem = wgmma_smem_usage(r, group_size, has_zeros)
+    var xt = TileTensor(x, row_major(Coord(m, kp)))
+    var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
+    comptime kernel = int4_gemm_wgmma_kernel[
+        dtype, group_size, has_zeros, has_bias, r, False, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+    ]
+    ctx.enqueue_function[kernel](
+        tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+        Int32(0), workspace, flags, grid_dim=(grid, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
+        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)))
 
 # ---- generated: register-A wgmma wrappers (one per wgmma N) ---------------------------------
 
