@@ -195,3 +195,81 @@ def test_cpu_rejects_inconsistent_shapes(cpu_model: tuple[Model, Device]) -> Non
     feeds[first_scales] = to_buffer(np.ones((384 // 64, 128)), CONFIGS[0].dtype)  # g = 64, not 128
     with pytest.raises(Exception, match="group"):
         model.execute(*feeds)
+
+
+# Stream-K launches (kernels/wgmma.launch_int4_gemm_wgmma_streamk: a per-call workspace and
+# flags allocated inside the op) in a captured device graph: (M, N, Kp) the dispatch sends to
+# the 128 x 256 and to the 256 x 128 stream-K launch (checked through the plan below).
+STREAMK_CASES = ((100, 2560, 16384), (256, 1536, 16384))
+
+
+def build_streamk_graph() -> Graph:
+    """Inputs per case: x [M, Kp], qweight, scales [Kp/128, Np], bias [1, N] (bf16, g = 128,
+    symmetric); one output [M, N] per case. Static shapes, as a captured graph has them."""
+    dev, bf16 = DeviceRef.GPU(), DType.bfloat16
+    types = []
+    for m, n, kp in STREAMK_CASES:
+        np_, _ = padded_shape(n, kp)
+        types += [TensorType(bf16, [m, kp], dev),
+                  TensorType(DType.uint32, [np_ // 64, kp * 8], dev),
+                  TensorType(bf16, [kp // 128, np_], dev), TensorType(bf16, [1, n], dev)]
+    extensions = [kernels_package()]
+    with Graph("int4_streamk_capture", input_types=types, custom_extensions=extensions) as g:
+        ins = [v.tensor for v in g.inputs]
+        outs = []
+        for i, (m, n, _) in enumerate(STREAMK_CASES):
+            x, qweight, scales, bias = ins[4 * i:4 * i + 4]
+            zeros = ops.constant([[0.0]], bf16, dev)
+            parameters = {"group_size": 128, "has_zeros": False, "has_bias": True}
+            outs.append(ops.custom(OP, dev, [x, qweight, scales, zeros, bias],
+                                   [TensorType(bf16, [m, n], dev)], parameters=parameters)[0])
+        g.output(*outs)
+    return g
+
+
+@pytest.mark.gpu
+def test_gpu_streamk_captured_replays_match_reference() -> None:
+    """The stream-K launches, eager and replayed from one capture with new activations (the
+    workspace and flags come from MAX's allocator inside the captured op): within 1e-2 of
+    float64 every time."""
+    from mojo_gemm.int4.plan import int4_gpu_plan
+
+    for m, n, kp in STREAMK_CASES:
+        assert " streamk " in int4_gpu_plan(m, n, kp), (m, n, kp)
+    acc = Accelerator()
+    model = InferenceSession(devices=[CPU(), acc]).load(build_streamk_graph())
+    rng = np.random.default_rng(19)
+    inputs, weights = [], []
+    for m, n, kp in STREAMK_CASES:
+        np_, _ = padded_shape(n, kp)
+        codes = rng.integers(0, 16, (np_, kp), dtype=np.uint8)
+        scales = rounded(rng.uniform(0.002, 0.02, (kp // 128, np_)), DType.bfloat16)
+        bias = rounded(rng.uniform(-1, 1, n), DType.bfloat16)
+        w = (codes.T.astype(np.float64) - 8.0) * np.repeat(scales, 128, axis=0)  # Wᵀ [kp, np]
+        weights.append((w[:, :n], bias))
+        x = rounded(rng.uniform(-1, 1, (m, kp)), DType.bfloat16)
+        inputs += [to_buffer(x, DType.bfloat16).to(acc),
+                   Buffer.from_numpy(pack_codes(codes)).to(acc),
+                   to_buffer(permute_group_params(scales), DType.bfloat16).to(acc),
+                   to_buffer(bias[None, :], DType.bfloat16).to(acc)]
+
+    def check(outs: list, what: str) -> None:
+        for i, (out, (w, bias)) in enumerate(zip(outs, weights, strict=True)):
+            x = to_numpy(inputs[4 * i]).astype(np.float64)
+            ref = x @ w + bias
+            got = to_numpy(out).astype(np.float64)
+            err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            assert err <= REL_TOL, f"{what} case {STREAMK_CASES[i]}: rel err {err:.3e}"
+
+    check(model.execute(*inputs), "eager")
+    outs = model.capture(1, *inputs)
+    for replay in range(2):
+        for i, (m, _, kp) in enumerate(STREAMK_CASES):
+            src = to_buffer(rounded(rng.uniform(-1, 1, (m, kp)), DType.bfloat16), DType.bfloat16)
+            inputs[4 * i].inplace_copy_from(src)
+            acc.synchronize()
+        for out in outs:
+            out.inplace_copy_from(to_buffer(np.full(out.shape, np.nan), DType.bfloat16).to(acc))
+        model.replay(1, *inputs)
+        acc.synchronize()
+        check(outs, f"replay {replay}")
