@@ -46,7 +46,7 @@ for part in "$@"; do
       wait
       # graph capture reserves fresh device memory: alone, not beside three other processes
       # (beside them it failed with CUDA_ERROR_OUT_OF_MEMORY)
-      timeout 200 $P tests/test_grouped_no_sync.py > "$work/tests5.log" 2>&1
+      timeout 300 $P tests/test_grouped_no_sync.py tests/test_int4_capture.py > "$work/tests5.log" 2>&1
       echo "rc=$?" >> "$work/tests5.log"
       grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|rc=" "$work"/tests*.log ;;
     tests-quick)
