@@ -39,6 +39,11 @@ Design ("swap AB" with register-A wgmma, no shared-memory write of dequantized w
   together), so a wave re-uses both its x tiles and its weight tiles from L2. A launch may
   cover a range of tiles of that order (`tile0`): the dispatch runs the full waves of a
   problem split 1 and the last partial wave's tiles split K in a second launch.
+- Stream-K (`streamk`, `launch_int4_gemm_wgmma_streamk`): one CTA per SM, the (tile, 64-K
+  stage) units of that order dealt out evenly; a CTA walks its range as one-tile segments on
+  one ring. A tile split between CTAs is summed by the CTA holding its first stage (its last
+  segment) from the fp32 parts the following CTAs computed first and published in a
+  workspace slot each, behind a release flag (docs/design/multistage_gemm_q.md).
 - Every mbarrier wait is bounded (2 s of %globaltimer, then `trap`): a pipeline bug aborts the
   launch with an error instead of hanging the GPU.
 """
