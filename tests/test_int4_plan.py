@@ -112,7 +112,7 @@ SK128 = SK.format("128x256x64", 200832)
         ("70B.qkv", 32, SK64),
         ("70B.o", 32, WG64N.format(3)),
         ("70B.gate_up", 32, WG64W.format(1)),
-        ("70B.down", 32, SK64),
+        ("70B.down", 32, WG64W.format(6)),
         ("8B.qkv", 64, WG64N.format(4)),
         ("8B.o", 64, WG64N.format(6)),
         ("8B.gate_up", 64, WG64N.format(1)),
@@ -120,13 +120,13 @@ SK128 = SK.format("128x256x64", 200832)
         ("70B.qkv", 64, SK64),
         ("70B.o", 64, WG64N.format(3)),
         ("70B.gate_up", 64, WG64W.format(1)),
-        ("70B.down", 64, SK64),
+        ("70B.down", 64, WG64W.format(6)),
         # M = 128: no table entries (the rule does as well held out): 128 x 256, the one-wave
-        # split with the fewest stages per CTA, or stream-K where that leaves SMs idle (8B.gate_up:
-        # 112 tiles on 132 SMs) or needs a second wave (70B.gate_up: 224 tiles)
+        # split with the fewest stages per CTA, or stream-K where the split clusters cannot fill
+        # the SMs (70B qkv / o / down) or the tiles need a second wave (70B.gate_up: 224 tiles)
         ("8B.qkv", 128, WG128.format(4)),
         ("8B.o", 128, WG128.format(6)),
-        ("8B.gate_up", 128, SK128),
+        ("8B.gate_up", 128, WG128.format(1)),
         ("8B.down", 128, WG128.format(6)),
         ("70B.qkv", 128, SK128),
         ("70B.o", 128, SK128),
