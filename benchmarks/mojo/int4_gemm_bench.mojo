@@ -16,9 +16,10 @@ Per M and layer (the labels of the output columns and JSON keys): "v6" = the mma
 to default), "default" =
 `int4_gemm_gpu` (the current dispatch), then a sweep: M = 16 the PIPE_WARP configs (CFG_M16,
 CFG_M16_NARROW, CFG_M16_K8) x split_k {1, 2, 4}; M > 16 the wgmma configs and splits around the
-plan of the rule without pins, for M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for
-64 < M <= 256 WG_CFG_64N and WG_CFG_128N (128 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is
-the fastest checked launch of all of them.
+plan of the rule without pins and the stream-K launches of the tiles the rule weighs, for
+M <= 64 WG_CFG_64N (64 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}, and for 64 < M <= 256
+WG_CFG_64N and WG_CFG_128N (128 x 128, 2 CTAs per SM) x split_k {1, 2, 4, 8}. "best" is the
+fastest checked launch of all of them.
 
 Per layer: fresh random weights (enough rotating copies, >= 4 and >= 200 MB, that L2 never
 serves them), x, scales. One naive fp32 GPU reference per layer, of x rows 0..255 and 64 rows
@@ -49,7 +50,9 @@ from mojo_kernels.int4_gemm.tuning_sm90 import (
     CFG_M16, CFG_M16_NARROW, CFG_M16_K8, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, WG_VAR_256,
 )
 from mojo_kernels.int4_gemm.config import wgmma_smem_budget, smem_usage, wgmma_smem_usage
-from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma, choose_wgmma_split_k
+from mojo_kernels.int4_gemm.kernels.wgmma import (
+    launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk, choose_wgmma_split_k, streamk_ctas,
+)
 from int4_gemm_ref import F32, fill_uniform, fill_u32, fill_nan, run_reference, compare_rows, spin_kernel
 
 comptime BF16 = DType.bfloat16
@@ -159,6 +162,8 @@ comptime KIND_WGMMA = 2
 """Kind: `launch_int4_gemm_wgmma[cfg]` with the given split (0: its heuristic)."""
 comptime KIND_MMA = 3
 """Kind: `launch_int4_gemm_mma[mcfg]` (the mma.sync kernels) with the given split (>= 1)."""
+comptime KIND_STREAMK = 4
+"""Kind: `launch_int4_gemm_wgmma_streamk[cfg]`, one CTA per SM (the split is ignored)."""
 
 
 def launch_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig](ctx: DeviceContext, L: Layer, m: Int, kind: Int, split: Int, i: Int) raises:
@@ -171,6 +176,8 @@ def launch_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig](ctx: DeviceContext, L
         int4_gemm_gpu_mma[BF16, G, False, False](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, ctx)
     elif kind == KIND_MMA:
         launch_int4_gemm_mma[BF16, G, False, False, mcfg](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, L.np_, split, ctx)
+    elif kind == KIND_STREAMK:
+        launch_int4_gemm_wgmma_streamk[BF16, G, False, False, cfg](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, L.np_, ctx)
     else:
         launch_int4_gemm_wgmma[BF16, G, False, False, cfg](op, xp, L.qw_ptr(i), sp, sp, sp, m, L.n, L.kp, L.np_, split, ctx)
 
@@ -237,6 +244,10 @@ def try_cfg[cfg: Int4WgmmaConfig, mcfg: Int4GemmConfig = CFG_M8](
         var rm = try_resolve_config(mcfg, G, False, SMEM_BUDGET_SM90).with_split_k(split)
         var ctas = ceildiv(ceildiv(L.n, 64), rm.bn // 64) * split * ceildiv(m, rm.bm)
         desc = String(tag, "int4_gemm_mma ", rm, " smem=", smem_usage(rm, G, False), " ctas=", ctas)
+    elif kind == KIND_STREAMK:
+        var rs = try_resolve_wgmma_config(cfg, G, False, wgmma_smem_budget(cfg))
+        desc = String(tag, rs.with_split_k(1), " streamk ctas=", streamk_ctas(rs, m, L.n, L.kp, 132),
+                      " smem=", wgmma_smem_usage(rs, G, False))
     else:
         var rc = try_resolve_wgmma_config(cfg, G, False, wgmma_smem_budget(cfg))
         var sk = split if split > 0 else choose_wgmma_split_k(rc, m, L.n, L.kp)
@@ -457,6 +468,14 @@ def main() raises:
             if m >= 256:
                 for sp in [1, 2]:
                     _ = try_cfg[WG_CFG_256](ctx, L, m, KIND_WGMMA, sp, ref_rows, nrows, best, all_ok)
+            # the stream-K launches of the tiles the rule weighs at this M (the dispatch's own
+            # pick among them is the default row)
+            if m > 16 and m <= 64:
+                _ = try_cfg[WG_CFG_64](ctx, L, m, KIND_STREAMK, 0, ref_rows, nrows, best, all_ok)
+            if m > 64 and m <= 256:
+                _ = try_cfg[WG_CFG_128](ctx, L, m, KIND_STREAMK, 0, ref_rows, nrows, best, all_ok)
+            if m > 128:
+                _ = try_cfg[WG_CFG_256](ctx, L, m, KIND_STREAMK, 0, ref_rows, nrows, best, all_ok)
             if with_xs and m > 16 and m <= 128:
                 # cluster sizes the plan avoids (3, 5, 6, 7, 8): how they pack on this GPU
                 for sp in [3, 5, 6, 7, 8]:
