@@ -73,6 +73,9 @@ from .mma import magic_value, nibble_pair
 from ...common.raster import raster_tile
 from ...common.smem_stores import stmatrix_tokens_x4, store_row_piece
 from ...common.sync import role_barrier
+from ...common.handoff import (
+    globaltimer, trap, st_cg_f32x4, ld_cg_f32x4, fence_acq_rel_gpu, st_release_gpu, wait_flag,
+)
 
 comptime F32 = DType.float32
 comptime SW128 = TensorMapSwizzle.SWIZZLE_128B
@@ -83,16 +86,6 @@ comptime WAIT_LIMIT_NS = INT4_WAIT_LIMIT_MS * 1_000_000
 
 
 # ---- small PTX helpers -------------------------------------------------------------------
-@always_inline
-def _globaltimer() -> UInt64:
-    return inlined_assembly["mov.u64 $0, %globaltimer;", UInt64, constraints="=l", has_side_effect=True]()
-
-
-@always_inline
-def _trap():
-    inlined_assembly["trap;", NoneType, constraints="", has_side_effect=True]()
-
-
 @always_inline
 def _mbar_try_wait(addr: UInt32, parity: UInt32) -> Bool:
     """mbarrier.try_wait.parity (acquire, CTA scope); the memory clobber keeps later shared-memory
@@ -112,10 +105,10 @@ def _mbar_wait(addr: UInt32, parity: UInt32):
     WAIT_LIMIT_NS (a deadlock would otherwise hang the device)."""
     if _mbar_try_wait(addr, parity):
         return
-    var t0 = _globaltimer()
+    var t0 = globaltimer()
     while not _mbar_try_wait(addr, parity):
-        if _globaltimer() - t0 > UInt64(WAIT_LIMIT_NS):
-            _trap()
+        if globaltimer() - t0 > UInt64(WAIT_LIMIT_NS):
+            trap()
 
 
 @always_inline
@@ -141,52 +134,6 @@ def _segment(u: UInt32, u_end: UInt32, stages: UInt32) -> Tuple[Int, Int, Int]:
     the rest of u's tile, or less where u_end comes first (unit = tile * stages + stage)."""
     var first = u % stages
     return (Int(u // stages), Int(first), Int(min(stages - first, u_end - u)))
-
-
-@always_inline
-def _st_cg_f32x4(addr: UInt64, v: SIMD[F32, 4]):
-    """16-byte global store that stays out of L1 (the stream-K workspace: read by another SM)."""
-    inlined_assembly["st.global.cg.v4.f32 [$0], {$1, $2, $3, $4};", NoneType, constraints="l,f,f,f,f,~{memory}",
-                     has_side_effect=True](addr, v[0], v[1], v[2], v[3])
-
-
-@always_inline
-def _ld_cg_f32x4(addr: UInt64) -> SIMD[F32, 4]:
-    """16-byte global load from L2 (never a stale L1 line of another SM's workspace part)."""
-    var r = inlined_assembly[
-        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];", _RegisterPackType[Float32, Float32, Float32, Float32],
-        constraints="=f,=f,=f,=f,l,~{memory}", has_side_effect=True,
-    ](addr)
-    return SIMD[F32, 4](r[0], r[1], r[2], r[3])
-
-
-@always_inline
-def _fence_acq_rel_gpu():
-    inlined_assembly["fence.acq_rel.gpu;", NoneType, constraints="~{memory}", has_side_effect=True]()
-
-
-@always_inline
-def _st_release_gpu(addr: UInt64, v: UInt32):
-    inlined_assembly["st.release.gpu.global.u32 [$0], $1;", NoneType, constraints="l,r,~{memory}",
-                     has_side_effect=True](addr, v)
-
-
-@always_inline
-def _ld_acquire_gpu(addr: UInt64) -> UInt32:
-    return inlined_assembly["ld.acquire.gpu.global.u32 $0, [$1];", UInt32, constraints="=r,l,~{memory}",
-                            has_side_effect=True](addr)
-
-
-@always_inline
-def _wait_flag(addr: UInt64):
-    """Spin until the stream-K flag at `addr` is set (acquire: the part it publishes is visible);
-    trap after WAIT_LIMIT_NS like the mbarrier waits."""
-    if _ld_acquire_gpu(addr) != 0:
-        return
-    var t0 = _globaltimer()
-    while _ld_acquire_gpu(addr) == 0:
-        if _globaltimer() - t0 > UInt64(WAIT_LIMIT_NS):
-            _trap()
 
 
 @always_inline
@@ -538,12 +485,12 @@ def int4_gemm_wgmma_kernel[
                     var wp = ws_ptr.unsafe_offset(cta * SLOT)
                     comptime for i in range(FPW):
                         comptime for v in range(NACC // 4):
-                            _st_cg_f32x4(_gaddr(wp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)),
+                            st_cg_f32x4(_gaddr(wp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)),
                                          acc[i].slice[4, offset=4 * v]())
-                    _fence_acq_rel_gpu()
+                    fence_acq_rel_gpu()
                     named_barrier[Int32(NCT)](2)
                     if cw == 0:
-                        _st_release_gpu(_gaddr(flag_ptr.unsafe_offset(cta)), 1)
+                        st_release_gpu(_gaddr(flag_ptr.unsafe_offset(cta)), 1)
                     continue
                 if sg[2] < total_st:
                     # the owner: add the parts of the CTAs after this one that hold the tile's rest
@@ -551,11 +498,11 @@ def int4_gemm_wgmma_kernel[
                     var h = cta + 1
                     while h < grid_dim.x and UInt32(h) * units // UInt32(grid_dim.x) < tile_end:
                         # (the launch has no more CTAs than units: every CTA holds a part)
-                        _wait_flag(_gaddr(flag_ptr.unsafe_offset(h)))
+                        wait_flag[WAIT_LIMIT_NS](_gaddr(flag_ptr.unsafe_offset(h)))
                         var hp = ws_ptr.unsafe_offset(h * SLOT)
                         comptime for i in range(FPW):
                             comptime for v in range(NACC // 4):
-                                var part = _ld_cg_f32x4(_gaddr(hp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)))
+                                var part = ld_cg_f32x4(_gaddr(hp.unsafe_offset(((i * (NACC // 4) + v) * NCT + cw) * 4)))
                                 comptime for e in range(4):
                                     acc[i][4 * v + e] += part[e]
                         h += 1
