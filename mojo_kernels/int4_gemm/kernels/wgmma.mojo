@@ -231,6 +231,10 @@ def int4_gemm_wgmma_kernel[
     group_size <= 0: per channel (one scale row). staged: the epilogue sums the warp-k
     partitions and the split-K cluster through shared memory (required when split_k > 1 or
     cfg.wk > 1); else (split_k = 1, wk = 1) the tile goes out through the drained ring (`_store_tile_16b`).
+    streamk (with staged = False, split_k = 1): grid (G, 1), G <= the units (tile x 64-K stage)
+    and every CTA resident; CTA c takes units [c U / G, (c + 1) U / G) of the raster order;
+    ws_ptr: G fp32 tiles of nt x bn (the parts), flag_ptr: G words, 0 on entry and on exit.
+    The tiled launches pass dummies for both.
     """
     comptime NT = cfg.nt
     comptime FPW = cfg.fpw
