@@ -29,7 +29,9 @@ from .config import (
 )
 from ..common.pdl import pdl_attributes
 from .kernels.mma import int4_gemm_mma_kernel, int4_gemv_kernel
-from .kernels.wgmma import launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk, streamk_ctas, streamk_units
+from .kernels.wgmma import (
+    launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk, streamk_ctas, streamk_units,
+)
 from .tuning_sm90 import (
     CFG_LARGE,
     CFG_M8,
@@ -253,10 +255,11 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     Lowest cost wins, ties to the earlier config and the smaller split. The constants were
     fitted to a sweep at M = 20, 32, 64 (H100 and H200, 1,260 records; predictions within 1.06x
     mean; fitted without a model's layers, its picks on them were 1.04-1.06x the best
-    candidate). Then WG_CFG_64 as a stream-K launch (`SMALL_M_SK_*`: fixed + the busiest CTA's
-    stages + the parts of a split tile), where it is expected at least 2 % faster. On the committed H200 sweep of the 28 public layers its picks are 1.081x / 1.066x /
-    1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave rule's
-    1.099x / 1.103x / 1.083x."""
+    candidate). On the committed H200 sweep of the 28 public layers its picks are 1.081x /
+    1.066x / 1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave
+    rule's 1.099x / 1.103x / 1.083x. Then WG_CFG_64 as a stream-K launch (`SMALL_M_SK_*`: fixed
+    + the busiest CTA's stages + the parts of a split tile), where expected at least 2 % faster
+    than that pick."""
     var stages = kp // 64
     var best_v = -1
     var best_s = 1
@@ -299,7 +302,8 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
     earlier tile of that list and the smaller split. Then the 256 x 128 (above 128 tokens) and
     128 x 256 tiles as stream-K launches (`_streamk_cost`: the busiest CTA's stages, the parts a
-    split tile waits for, a fixed cost), where expected at least 2 % faster. M <= 64: `small_m_tile_rule`. On the H200
+    split tile waits for, a fixed cost), each where expected at least 2 % faster than the pick
+    so far. M <= 64: `small_m_tile_rule`. On the H200
     sweep (M = 128-256, 28 layers) the uniform model is within
     1.4 % of the best candidate (geomean), where one-wave-or-split-1 was 3.8 % off (up to 45 %
     on layers whose split-1 grid needs two or more waves)."""
