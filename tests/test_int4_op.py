@@ -195,4 +195,3 @@ def test_cpu_rejects_inconsistent_shapes(cpu_model: tuple[Model, Device]) -> Non
     feeds[first_scales] = to_buffer(np.ones((384 // 64, 128)), CONFIGS[0].dtype)  # g = 64, not 128
     with pytest.raises(Exception, match="group"):
         model.execute(*feeds)
-

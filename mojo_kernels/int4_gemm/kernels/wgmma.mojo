@@ -851,10 +851,10 @@ def launch_int4_gemm_wgmma_streamk[
     ctas: Int = 0,
 ) raises:
     """`int4_gemm_wgmma_kernel` as a stream-K launch: `ctas` CTAs (0: `streamk_ctas` for this
-    GPU's SMs; never more than the problem's units) split the (tile, 64-K stage) units of the problem evenly, so every SM works
-    the whole kernel whatever the tile count; a tile split between CTAs is summed in fp32 by
-    the CTA holding its first stage, from a workspace of one tile per CTA and one flag per CTA
-    (allocated and the flags zeroed on the stream, per call)."""
+    GPU's SMs; never more than the problem's units) split the (tile, 64-K stage) units of the
+    problem evenly, so every SM works the whole kernel whatever the tile count; a tile split
+    between CTAs is summed in fp32 by the CTA holding its first stage, from a workspace of one
+    tile per CTA and one flag per CTA (allocated and the flags zeroed on the stream, per call)."""
     comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
     comptime if r.stages == 0 or r.wk != 1:
         raise Error("multistage_gemm_q: stream-K wgmma config ", cfg, " does not fit the budget or has warp-k partitions")
@@ -870,40 +870,18 @@ def launch_int4_gemm_wgmma_streamk[
         var ws = ctx.enqueue_create_buffer[DType.float32](grid * r.nt * r.bn())
         var flags = ctx.enqueue_create_buffer[DType.uint32](grid)
         flags.enqueue_fill(0)
-        enqueue_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, cfg](
-            output, x, qweight, scales, zeros, bias, m, n, kp, np_, ctx, grid,
-            ws.unsafe_ptr().as_unsafe_any_origin(), flags.unsafe_ptr().as_unsafe_any_origin())
+        comptime smem = wgmma_smem_usage(r, group_size, has_zeros)
+        var xt = TileTensor(x, row_major(Coord(m, kp)))
+        var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
+        comptime kernel = int4_gemm_wgmma_kernel[
+            dtype, group_size, has_zeros, has_bias, r, False, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+        ]
+        ctx.enqueue_function[kernel](
+            tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
+            Int32(0), ws.unsafe_ptr().as_unsafe_any_origin(), flags.unsafe_ptr().as_unsafe_any_origin(),
+            grid_dim=(grid, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)))
 
-
-def enqueue_int4_gemm_wgmma_streamk[
-    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig
-](
-    output: Pointer[Scalar[dtype], MutAnyOrigin],
-    x: Pointer[Scalar[dtype], MutAnyOrigin],
-    qweight: Pointer[UInt32, MutAnyOrigin],
-    scales: Pointer[Scalar[dtype], MutAnyOrigin],
-    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
-    bias: Pointer[Scalar[dtype], MutAnyOrigin],
-    m: Int, n: Int, kp: Int, np_: Int,
-    ctx: DeviceContext,
-    grid: Int,
-    workspace: Pointer[Float32, MutAnyOrigin],
-    flags: Pointer[UInt32, MutAnyOrigin],
-) raises:
-    """The stream-K launch of `grid` CTAs (at most `streamk_ctas(cfg, m, n, kp, SMs)`) on a
-    caller's workspace (grid tiles of nt x bn fp32) and flags (grid words, 0 on entry; the
-    launch leaves them 0)."""
-    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
-    comptime smem = wgmma_smem_usage(r, group_size, has_zeros)
-    var xt = TileTensor(x, row_major(Coord(m, kp)))
-    var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
-    comptime kernel = int4_gemm_wgmma_kernel[
-        dtype, group_size, has_zeros, has_bias, r, False, True, type_of(tma).tile_shape, type_of(tma).desc_shape
-    ]
-    ctx.enqueue_function[kernel](
-        tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
-        Int32(0), workspace, flags, grid_dim=(grid, 1), block_dim=r.num_threads(), shared_mem_bytes=smem,
-        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)))
 
 # ---- generated: register-A wgmma wrappers (one per wgmma N) ---------------------------------
 
