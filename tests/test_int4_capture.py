@@ -1,9 +1,9 @@
-"""Stream-K launches of the int4 op in a captured device graph (GPU only).
+"""Stream-K and global split-K launches of the int4 op in a captured device graph (GPU only).
 
-kernels/wgmma.launch_int4_gemm_wgmma_streamk allocates a workspace and flags inside the op, from
-MAX's allocator; a captured graph must replay them right. Run alone (scripts/gpu-session.sh):
-a capture reserves fresh device memory, and beside other capturing test processes it failed
-with CUDA_ERROR_OUT_OF_MEMORY.
+kernels/wgmma.launch_int4_gemm_wgmma_streamk and _gsplit allocate a workspace and flags (or
+counters) inside the op, from MAX's allocator; a captured graph must replay them right. Run
+alone (scripts/gpu-session.sh): a capture reserves fresh device memory, and beside other
+capturing test processes it failed with CUDA_ERROR_OUT_OF_MEMORY.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ def rounded(a: np.ndarray) -> np.ndarray:
     return to_numpy(to_buffer(np.asarray(a), DType.bfloat16)).astype(np.float64)
 
 
-# Stream-K launches (kernels/wgmma.launch_int4_gemm_wgmma_streamk: a per-call workspace and
-# flags allocated inside the op) in a captured device graph: (M, N, Kp) the dispatch sends to
-# the 128 x 256 and to the 256 x 128 stream-K launch (checked through the plan below).
-STREAMK_CASES = ((100, 2560, 16384), (256, 1536, 16384))
+# Stream-K and global split-K launches (kernels/wgmma.launch_int4_gemm_wgmma_streamk / _gsplit:
+# a per-call workspace and flags or counters allocated inside the op) in a captured device
+# graph: (M, N, Kp) the dispatch sends to the 128 x 256 and the 256 x 128 stream-K launches and
+# to the 128 x 256 and 64 x 256 splits without a cluster (checked through the plan below).
+STREAMK_CASES = ((128, 10240, 8192), (200, 3072, 8192), (128, 4096, 14336), (60, 5120, 14336))
 
 
 def build_streamk_graph() -> Graph:
@@ -61,11 +62,12 @@ def build_streamk_graph() -> Graph:
 
 @pytest.mark.gpu
 def test_gpu_streamk_captured_replays_match_reference() -> None:
-    """The stream-K launches, eager and replayed from one capture with new activations (the
-    workspace and flags come from MAX's allocator inside the captured op): within 1e-2 of
-    float64 every time."""
-    for m, n, kp in STREAMK_CASES:
-        assert " streamk " in int4_gpu_plan(m, n, kp), (m, n, kp)
+    """The stream-K and global split launches, eager and replayed from one capture with new
+    activations (workspace and flags from MAX's allocator inside the captured op): within 1e-2
+    of float64 every time."""
+    plans = [int4_gpu_plan(m, n, kp) for m, n, kp in STREAMK_CASES]
+    kinds = [next((k for k in ("streamk", "gsplit") if f" {k} " in p), p) for p in plans]
+    assert kinds == ["streamk", "streamk", "gsplit", "gsplit"], plans
     acc = Accelerator()
     model = InferenceSession(devices=[CPU(), acc]).load(build_streamk_graph())
     rng = np.random.default_rng(19)

@@ -86,6 +86,7 @@ WG256 = WG.format("256x128x64", 1, 2, 4, 6, "", 223328)
 SK = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw=2 wg=2 kg=4 stages=8 split_k=1 streamk ctas=132 smem={}"
 SK64 = SK.format("64x256x64", 135296)
 SK128 = SK.format("128x256x64", 200832)
+GS = "int4_gemm_wgmma wgmma BMxBNxBK={} fpw=2 wg=2 kg=4 stages=8 split_k={} gsplit smem={}"
 
 
 @pytest.mark.parametrize(
@@ -104,34 +105,36 @@ SK128 = SK.format("128x256x64", 200832)
         ("70B.down", 16, K8.format(1)),
         # M = 32 and 64: no table entries; dispatch.small_m_tile_rule: the 2-CTA-per-SM
         # 64 x 128 tile at the split that fills the SMs, the 64 x 512 tile on the widest layer,
-        # stream-K where a tile has many K steps and the cluster splits cannot fill the SMs
+        # a split without a cluster where a tile has many K steps and the cluster splits
+        # cannot fill the SMs
         ("8B.qkv", 32, WG64N.format(4)),
         ("8B.o", 32, WG64N.format(6)),
         ("8B.gate_up", 32, WG64N.format(1)),
         ("8B.down", 32, WG64N.format(6)),
-        ("70B.qkv", 32, SK64),
+        ("70B.qkv", 32, GS.format("64x256x64", 3, 135296)),
         ("70B.o", 32, WG64N.format(3)),
         ("70B.gate_up", 32, WG64W.format(1)),
-        ("70B.down", 32, WG64W.format(6)),
+        ("70B.down", 32, GS.format("64x256x64", 4, 135296)),
         ("8B.qkv", 64, WG64N.format(4)),
         ("8B.o", 64, WG64N.format(6)),
         ("8B.gate_up", 64, WG64N.format(1)),
         ("8B.down", 64, WG64N.format(6)),
-        ("70B.qkv", 64, SK64),
+        ("70B.qkv", 64, GS.format("64x256x64", 3, 135296)),
         ("70B.o", 64, WG64N.format(3)),
         ("70B.gate_up", 64, WG64W.format(1)),
-        ("70B.down", 64, WG64W.format(6)),
+        ("70B.down", 64, GS.format("64x256x64", 4, 135296)),
         # M = 128: no table entries (the rule does as well held out): 128 x 256, the one-wave
-        # split with the fewest stages per CTA, or stream-K where the split clusters cannot fill
-        # the SMs (70B qkv / o / down) or the tiles need a second wave (70B.gate_up: 224 tiles)
+        # split with the fewest stages per CTA, or a split without a cluster where the split
+        # clusters cannot fill the SMs (8B.down, 70B o / down), stream-K where the tiles need
+        # a second wave (70B.gate_up: 224 tiles) or split unevenly (70B.qkv: 40 tiles)
         ("8B.qkv", 128, WG128.format(4)),
         ("8B.o", 128, WG128.format(6)),
         ("8B.gate_up", 128, WG128.format(1)),
-        ("8B.down", 128, WG128.format(6)),
+        ("8B.down", 128, GS.format("128x256x64", 8, 200832)),
         ("70B.qkv", 128, SK128),
-        ("70B.o", 128, SK128),
+        ("70B.o", 128, GS.format("128x256x64", 4, 200832)),
         ("70B.gate_up", 128, SK128),
-        ("70B.down", 128, SK128),
+        ("70B.down", 128, GS.format("128x256x64", 4, 200832)),
     ],
 )
 def test_llama3_small_m_plans_follow_the_table(layer: str, m: int, expected: str) -> None:

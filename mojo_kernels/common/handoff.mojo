@@ -72,3 +72,21 @@ def wait_flag[limit_ns: Int](addr: UInt64):
     while ld_acquire_gpu(addr) == 0:
         if globaltimer() - t0 > UInt64(limit_ns):
             trap()
+
+
+@always_inline
+def red_release_add(addr: UInt64, v: UInt32):
+    """Release add to a counter (GPU scope): every CTA of a group announces its part."""
+    inlined_assembly["red.release.gpu.global.add.u32 [$0], $1;", NoneType, constraints="l,r,~{memory}",
+                     has_side_effect=True](addr, v)
+
+
+@always_inline
+def wait_count[limit_ns: Int](addr: UInt64, count: UInt32):
+    """Spins until the counter at `addr` reaches `count` (acquire); traps after `limit_ns`."""
+    if ld_acquire_gpu(addr) >= count:
+        return
+    var t0 = globaltimer()
+    while ld_acquire_gpu(addr) < count:
+        if globaltimer() - t0 > UInt64(limit_ns):
+            trap()

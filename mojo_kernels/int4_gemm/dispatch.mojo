@@ -30,7 +30,8 @@ from .config import (
 from ..common.pdl import pdl_attributes
 from .kernels.mma import int4_gemm_mma_kernel, int4_gemv_kernel
 from .kernels.wgmma import (
-    launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk, streamk_ctas, streamk_units,
+    launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_gsplit, launch_int4_gemm_wgmma_streamk, streamk_ctas,
+    streamk_units,
 )
 from .tuning_sm90 import (
     CFG_LARGE,
@@ -57,6 +58,8 @@ from .tuning_sm90 import (
     WG_VAR_64_SK,
     WG_VAR_128_SK,
     WG_VAR_256_SK,
+    WG_VAR_64_GS,
+    WG_VAR_128_GS,
     WGMMA_MIN_M,
     tuned_choice,
     tuned_wgmma,
@@ -132,6 +135,24 @@ comptime SK_PART_COST = 24
 read from L2, after its helper wrote it there)."""
 
 
+comptime GS_FIXED_COST = 120
+"""Fixed cost of a WG_CFG_128 CTA split along K without a cluster (ring fill, epilogue, its
+fp32 tile's round trip through L2 and the wait for the tile's other CTAs), in the units above
+(the cluster split's is CTA_FIXED_COST + SPLIT_FIXED_COST = 60); its stages cost 20 like the
+tiled ones. Fitted to H100 times of 12 public layers at M = 128, s = 2-8 (within 10 %, mean
+4 %)."""
+
+
+def _gsplit_splits(tiles: Int, stages: Int) -> List[Int]:
+    """The splits 2..8 of a global split-K launch whose CTAs are all resident at once (at most
+    one per SM) and keep >= 8 stages each."""
+    var out = List[Int]()
+    for sp in range(2, 9):
+        if tiles * sp <= SM90_SMS and stages // sp >= 8:
+            out.append(sp)
+    return out^
+
+
 def _sk_fixed_cost(v: Int) -> Int:
     """Fixed cost of a stream-K launch beyond a tiled launch's (the parts' stores and flags, the
     owner's wait; WG_VAR_128_SK / WG_VAR_256_SK), in the units above."""
@@ -157,8 +178,8 @@ def streamk_ok(m: Int, n: Int, kp: Int, v: Int) -> Bool:
 
 
 def _streamk_pays(sk_cost: Int, cost: Int) -> Bool:
-    """A stream-K launch replaces the tiled plan of cost `cost` only where the model expects
-    it at least 2 % faster: the models' own error is about that (fitted H100 times, within a
+    """A stream-K or global split launch replaces the tiled plan of cost `cost` only where the
+    model expects it at least 2 % faster: the models' own error is about that (fitted H100 times, within a
     few % on the 12 layers they were fitted on), and a near tie is a coin toss."""
     return sk_cost * 50 < cost * 49
 
@@ -230,6 +251,10 @@ comptime SMALL_M_SK_UNIT = 6560
 comptime SMALL_M_SK_PART = 5300
 """`small_m_tile_rule`'s cost (1e-4 µs) of WG_CFG_64 as a stream-K launch: fixed + per 64-K
 stage of the busiest CTA + per later part of a split tile."""
+comptime SMALL_M_GS_FIXED = 105700
+comptime SMALL_M_GS_STAGE = 6150
+"""`small_m_tile_rule`'s cost (1e-4 µs) of WG_CFG_64 split without a cluster (fixed + per 64-K
+stage of a CTA), fitted like the stream-K constants (H100, 12 public layers, s = 2-8)."""
 comptime SMALL_M_LONE_64N_COST = 2232
 """The same for a WG_CFG_64N CTA alone on its SM: one consumer warpgroup and an 8-stage ring of
 64 x 128 tiles keep fewer bytes in flight than an SM can take, so it streams slower."""
@@ -258,8 +283,8 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     candidate). On the committed H200 sweep of the 28 public layers its picks are 1.081x /
     1.066x / 1.041x the best candidate at M = 20 / 32 / 64 (geomean), the 64 x 256 one-wave
     rule's 1.099x / 1.103x / 1.083x. Then WG_CFG_64 as a stream-K launch (`SMALL_M_SK_*`: fixed
-    + the busiest CTA's stages + the parts of a split tile), where expected at least 2 % faster
-    than that pick."""
+    + the busiest CTA's stages + the parts of a split tile) and split 2-8 ways without a cluster
+    (`SMALL_M_GS_*`, every CTA resident), where expected at least 2 % faster than that pick."""
     var stages = kp // 64
     var best_v = -1
     var best_s = 1
@@ -285,8 +310,18 @@ def small_m_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 best_cost = cost
     var sk = streamk_shape(m, n, kp, WG_VAR_64_SK)
     var sk_cost = SMALL_M_SK_FIXED + sk[0] * SMALL_M_SK_UNIT + sk[1] * SMALL_M_SK_PART
-    if streamk_ok(m, n, kp, WG_VAR_64_SK) and _streamk_pays(sk_cost, best_cost):
-        return (WG_VAR_64_SK, 1)
+    var tiled_cost = best_cost
+    if streamk_ok(m, n, kp, WG_VAR_64_SK) and _streamk_pays(sk_cost, tiled_cost):
+        best_v = WG_VAR_64_SK
+        best_s = 1
+        best_cost = sk_cost
+    var tiles64 = ceildiv(ceildiv(n, 64), WG_CFG_64.bands()) * ceildiv(m, WG_CFG_64.nt)
+    for sp in _gsplit_splits(tiles64, stages):
+        var gs_cost = SMALL_M_GS_FIXED + ceildiv(stages, sp) * SMALL_M_GS_STAGE
+        if _streamk_pays(gs_cost, tiled_cost) and gs_cost < best_cost:
+            best_v = WG_VAR_64_GS
+            best_s = sp
+            best_cost = gs_cost
     return (best_v, best_s)
 
 
@@ -302,8 +337,9 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
     partial wave's tiles split K (`wgmma_dp_tiles`). The lowest cost wins; ties go to the
     earlier tile of that list and the smaller split. Then the 256 x 128 (above 128 tokens) and
     128 x 256 tiles as stream-K launches (`_streamk_cost`: the busiest CTA's stages, the parts a
-    split tile waits for, a fixed cost), each where expected at least 2 % faster than the pick
-    so far. M <= 64: `small_m_tile_rule`. On the H200
+    split tile waits for, a fixed cost) and the 128 x 256 tile split 2-8 ways without a cluster
+    (`GS_FIXED_COST`), where expected at least 2 % faster than the tiled pick. M <= 64:
+    `small_m_tile_rule`. On the H200
     sweep (M = 128-256, 28 layers) the uniform model is within
     1.4 % of the best candidate (geomean), where one-wave-or-split-1 was 3.8 % off (up to 45 %
     on layers whose split-1 grid needs two or more waves)."""
@@ -327,13 +363,21 @@ def wgmma_tile_rule(m: Int, n: Int, kp: Int) -> Tuple[Int, Int]:
                 best_v = v
                 best_s = sp
                 best_cost = cost
+    var tiled_cost = best_cost
     for v in [WG_VAR_256_SK, WG_VAR_128_SK]:
         if (v == WG_VAR_256_SK and m <= 128) or not streamk_ok(m, n, kp, v):
             continue
         var cost = _streamk_cost(m, n, kp, v)
-        if _streamk_pays(cost, best_cost):
+        if _streamk_pays(cost, tiled_cost) and cost < best_cost:
             best_v = v
             best_s = 1
+            best_cost = cost
+    var tiles128 = ceildiv(ceildiv(n, 64), WG_CFG_128.bands()) * ceildiv(m, WG_CFG_128.nt)
+    for sp in _gsplit_splits(tiles128, stages):
+        var cost = ceildiv(stages, sp) * _wgmma_stage_cost(WG_VAR_128) + CTA_FIXED_COST + GS_FIXED_COST
+        if _streamk_pays(cost, tiled_cost) and cost < best_cost:
+            best_v = WG_VAR_128_GS
+            best_s = sp
             best_cost = cost
     return (best_v, best_s)
 
@@ -343,11 +387,16 @@ def is_streamk(v: Int) -> Bool:
     return v == WG_VAR_64_SK or v == WG_VAR_128_SK or v == WG_VAR_256_SK
 
 
+def is_gsplit(v: Int) -> Bool:
+    """Whether wgmma variant `v` splits K without a cluster."""
+    return v == WG_VAR_64_GS or v == WG_VAR_128_GS
+
+
 def tiled_variant(v: Int) -> Int:
     """The tiled (grid of tiles x split-K clusters) variant of the same tile as `v`."""
-    if v == WG_VAR_64_SK:
+    if v == WG_VAR_64_SK or v == WG_VAR_64_GS:
         return WG_VAR_64
-    if v == WG_VAR_128_SK:
+    if v == WG_VAR_128_SK or v == WG_VAR_128_GS:
         return WG_VAR_128
     if v == WG_VAR_256_SK:
         return WG_VAR_256
@@ -360,8 +409,10 @@ def wgmma_variant(m: Int, n: Int, kp: Int) -> Int:
 
 
 def wgmma_config_for(v: Int) -> Int4WgmmaConfig:
-    if v == WG_VAR_64_SK:
+    if v == WG_VAR_64_SK or v == WG_VAR_64_GS:
         return WG_CFG_64
+    if v == WG_VAR_128_GS:
+        return WG_CFG_128
     if v == WG_VAR_128_SK:
         return WG_CFG_128
     if v == WG_VAR_256_SK:
@@ -553,6 +604,12 @@ def int4_gemm_gpu[
     elif v == WG_VAR_256:
         launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, WG_CFG_256](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx, dp)
+    elif v == WG_VAR_64_GS:
+        launch_int4_gemm_wgmma_gsplit[dtype, group_size, has_zeros, has_bias, WG_CFG_64](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
+    elif v == WG_VAR_128_GS:
+        launch_int4_gemm_wgmma_gsplit[dtype, group_size, has_zeros, has_bias, WG_CFG_128](
+            output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, split, ctx)
     elif v == WG_VAR_64_SK:
         launch_int4_gemm_wgmma_streamk[dtype, group_size, has_zeros, has_bias, WG_CFG_64](
             output, x, qweight, scales, zeros, bias, m, n, kp, np_eff, ctx)
@@ -642,6 +699,8 @@ def int4_gemm_gpu_config(m: Int, n: Int, kp: Int, group_size: Int, has_zeros: Bo
         if is_streamk(v):
             return String("int4_gemm_wgmma ", w.with_split_k(1), " streamk ctas=",
                           streamk_ctas(w, m, n, kp, SM90_SMS), " smem=", wgmma_smem_usage(w, group_size, has_zeros))
+        if is_gsplit(v):
+            return String("int4_gemm_wgmma ", w, " gsplit smem=", wgmma_smem_usage(w, group_size, has_zeros))
         var text = String("int4_gemm_wgmma ", w, " smem=", wgmma_smem_usage(w, group_size, has_zeros))
         if dp > 0 and w.split_k > 1:
             text += String(" dp_tiles=", dp)

@@ -34,7 +34,9 @@ from mojo_kernels.int4_gemm.dispatch import int4_gemm_gpu, int4_gemm_gpu_config,
 from mojo_kernels.int4_gemm.entry import int4_gpu_plan_text, launch_int4_gemm
 from mojo_kernels.common.target import FORCE_AMPERE, FORCE_PORTABLE, SMEM_BUDGET_AMPERE_SMALL
 from std.utils.index import IndexList
-from mojo_kernels.int4_gemm.kernels.wgmma import launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_streamk
+from mojo_kernels.int4_gemm.kernels.wgmma import (
+    launch_int4_gemm_wgmma, launch_int4_gemm_wgmma_gsplit, launch_int4_gemm_wgmma_streamk,
+)
 from mojo_kernels.int4_gemm.tuning_sm90 import (
     WG_CFG_64, WG_CFG_64W, WG_CFG_128, WG_CFG_64N, WG_CFG_128K, WG_CFG_256, CFG_M8, CFG_M8_NARROW, CFG_M16, CFG_M16_NARROW,
     CFG_M16_K8, CFG_M8_K8, CFG_M32, CFG_M64, CFG_LARGE,
@@ -100,9 +102,9 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
 ) raises -> Bool:
     """Every wgmma config, launched directly with each split, against `refbuf` (all M rows);
     the 1-CTA-per-SM tiles also as the dispatch's data-parallel + split tail schedule (the
-    first third of the tiles split 1, the rest split sk) and as stream-K launches of one CTA per
+    first third of the tiles split 1, the rest split sk), as stream-K launches of one CTA per
     SM and of 7 and 61 CTAs (tiles spread over many CTAs; CTAs with whole tiles before their
-    last segment)."""
+    last segment) and split 2, 3, 5, 8 ways without a cluster (where every CTA fits an SM)."""
     var ok = True
 
     @always_inline
@@ -148,6 +150,26 @@ def wgmma_checks[dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool]
         streamk[WG_CFG_64](ctas)
         streamk[WG_CFG_128](ctas)
         streamk[WG_CFG_256](ctas)
+
+    @always_inline
+    @__parameter
+    def gsplit[cfg: Int4WgmmaConfig](sk: Int) raises:
+        var tiles = ceildiv(ceildiv(n, 64), cfg.bands()) * ceildiv(m, cfg.nt)
+        if tiles * sk > 132 or kp // 64 < sk:
+            return  # a global split's CTAs must all be resident
+        var what = String(cfg.with_split_k(sk), " gsplit M=", m, " N=", n, " Kp=", kp)
+        fill_nan[dtype](ctx, op, m * n)
+        announce(what)
+        launch_int4_gemm_wgmma_gsplit[dtype, group_size, has_zeros, has_bias, cfg](op, xp, qp, sp, zp, bp, m, n, kp, np_, sk, ctx)
+        var r = compare_rows[dtype](ctx, op, refbuf, n, 1, m)
+        var good = r.rel_err <= TOL and r.nan_count == 0
+        print("    direct ", what, ": rel err ", r.rel_err, " unwritten ", r.nan_count, " ", "PASS" if good else "FAIL", flush=True)
+        ok = ok and good
+
+    for sk in [2, 3, 5, 8]:
+        gsplit[WG_CFG_64](sk)
+        gsplit[WG_CFG_128](sk)
+        gsplit[WG_CFG_256](sk)
     return ok
 
 
@@ -417,8 +439,10 @@ def main() raises:
     ok = random_case[DType.bfloat16, 128, False, False](ctx, 24, 2112, 2048) and ok
     if not small:
         ok = random_case[DType.bfloat16, 128, False, False](ctx, 520, 6144, 4096) and ok
-        # a long-K layer (Gemma-2-27B's down projection) at 256 tokens: the dispatch's stream-K
+        # a long-K layer (Gemma-2-27B's down projection) at 256 tokens: the dispatch's stream-K;
+        # Llama-3 8B's down projection at 128 tokens: its split without a cluster
         ok = random_case[DType.bfloat16, 128, False, True](ctx, 256, 4608, 36864) and ok
+    ok = random_case[DType.float16, 128, True, True](ctx, 128, 4096, 14336) and ok
     print("int4_gemm_gpu_test:", "ALL PASS" if ok else "FAILED", flush=True)
     if not ok:
         exit(1)

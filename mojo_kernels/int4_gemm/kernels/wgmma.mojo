@@ -74,7 +74,8 @@ from ...common.raster import raster_tile
 from ...common.smem_stores import stmatrix_tokens_x4, store_row_piece
 from ...common.sync import role_barrier
 from ...common.handoff import (
-    globaltimer, trap, st_cg_f32x4, ld_cg_f32x4, fence_acq_rel_gpu, st_release_gpu, wait_flag,
+    globaltimer, trap, st_cg_f32x4, ld_cg_f32x4, fence_acq_rel_gpu, st_release_gpu, red_release_add, wait_flag,
+    wait_count,
 )
 
 comptime F32 = DType.float32
@@ -203,7 +204,7 @@ def _wgmma_rs[nt: Int, dtype: DType](a: SIMD[DType.uint32, 4], bdesc: Int64, c: 
 )
 def int4_gemm_wgmma_kernel[
     dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig, staged: Bool,
-    streamk: Bool, x_tile: Coord, x_desc: Coord,
+    streamk: Bool, gsplit: Bool, x_tile: Coord, x_desc: Coord,
 ](
     x_tma: TMATensorTile[dtype, x_tile, x_desc],
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
@@ -261,6 +262,7 @@ def int4_gemm_wgmma_kernel[
     comptime STAGE_TX = X_STAGE * 2 + W_STAGE + S_STAGE * 2 * (2 if has_zeros else 1)
     comptime assert cfg.is_valid(), "invalid Int4WgmmaConfig"
     comptime assert staged or WK == 1, "warp-k partitions are summed by the staged epilogue"
+    comptime assert staged or not gsplit, "a global split sums its parts in the staged epilogue"
     comptime assert PER_CHANNEL or (group_size % 16 == 0 and (WG_BK % group_size == 0 or group_size % WG_BK == 0)), "group_size"
     comptime assert dtype == DType.bfloat16 or dtype == DType.float16, "bf16 / fp16 only"
 
@@ -291,6 +293,7 @@ def int4_gemm_wgmma_kernel[
     # stage) units, walked as segments of one tile each (`_segment`, 32-bit arithmetic: 64-bit
     # divisions cost the warp-specialized roles their registers).
     var ks = 0
+    var lin = 0
     var m0 = 0
     var band0 = 0
     var st_begin = 0
@@ -302,8 +305,9 @@ def int4_gemm_wgmma_kernel[
         u_begin = UInt32(block_idx.x) * units // UInt32(grid_dim.x)
         u_end = UInt32(block_idx.x + 1) * units // UInt32(grid_dim.x)
     else:
-        ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster
-        var tile = raster_tile[RASTER_GROUP_M](Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit, ntm, ntn)
+        ks = block_idx.x % nsplit  # == rank in the (nsplit, 1, 1) cluster (or of the global split)
+        lin = Int(tile0) + (block_idx.y * grid_dim.x + block_idx.x) // nsplit
+        var tile = raster_tile[RASTER_GROUP_M](lin, ntm, ntn)
         m0 = tile[0] * NT
         band0 = tile[1] * NB
         st_begin = ks * total_st // nsplit
@@ -386,11 +390,14 @@ def int4_gemm_wgmma_kernel[
         comptime if staged:
             comptime for _ in range(WK):
                 role_barrier()
-            if nsplit > 1:
-                cluster_sync()
-                cluster_sync()
-            else:
+            comptime if gsplit:
                 role_barrier()
+            else:
+                if nsplit > 1:
+                    cluster_sync()
+                    cluster_sync()
+                else:
+                    role_barrier()
     else:
         # ------------------------------ consumers ------------------------------
         comptime if cfg.uses_setmaxnreg():
@@ -562,11 +569,32 @@ def int4_gemm_wgmma_kernel[
                             p[unsafe_offset=RED_RS + 8] += acc[i][4 * j + 3]
             comptime if kp + 1 < WK:
                 role_barrier()
+        comptime if gsplit:
+            # a split over CTAs without a cluster: each CTA copies its fp32 tile to its
+            # workspace slot, the tile's counter (zeroed per launch) counts the copies, then
+            # each CTA sums its share of the rows over all the tile's slots from L2
+            role_barrier()  # the tile is in shared memory (the producer joins)
+            comptime CW = NB * 64
+            var base = ws_ptr.unsafe_offset(lin * nsplit * NT * CW)
+            var idx = cw
+            while idx < NT * CW // 4:
+                var row = idx // (CW // 4)
+                var c4 = idx % (CW // 4)
+                st_cg_f32x4(_gaddr(base.unsafe_offset((ks * NT + row) * CW + 4 * c4)),
+                             red_s.unsafe_offset(row * RED_RS + 4 * c4).unsafe_load[width=4, alignment=16]())
+                idx += NCT
+            fence_acq_rel_gpu()
+            named_barrier[Int32(NCT)](2)
+            if cw == 0:
+                red_release_add(_gaddr(flag_ptr.unsafe_offset(lin)), 1)
+            wait_count[WAIT_LIMIT_NS](_gaddr(flag_ptr.unsafe_offset(lin)), UInt32(nsplit))
+            _store_tile[dtype, has_bias, NT, CW, NCT, True](red_s, base, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
+            return
         if nsplit > 1:
             cluster_sync()
         else:
             role_barrier()
-        _store_tile[dtype, has_bias, NT, NB * 64, NCT](red_s, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
+        _store_tile[dtype, has_bias, NT, NB * 64, NCT, False](red_s, ws_ptr, c_ptr, b_ptr, cw, ks, nsplit, m0, band0 * 64, m, n)
         if nsplit > 1:
             cluster_sync()  # peers' shared memory must outlive every remote read
 
@@ -651,8 +679,9 @@ def _store_tile_16b[dtype: DType, has_bias: Bool, NT: Int, FPW: Int, CW: Int, NC
 
 
 @always_inline
-def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
+def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, GLOBAL: Bool](
     red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    ws: Pointer[Float32, MutAnyOrigin],
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     tid: Int, ks: Int, nsplit: Int, m0: Int, col0: Int, m: Int, n: Int,
@@ -660,7 +689,9 @@ def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
     """C[m0 + t, col0 + c] = sum over the cluster's `nsplit` CTAs of tile[t, c] (+ bias), for the
     share `ks` of the tile's valid rows, by `NCT` threads (`tid` in [0, NCT)).
 
-    The tile is fp32 [NT, CW] at row stride CW + 4 in every CTA's shared memory. Consecutive
+    The tile is fp32 [NT, CW] at row stride CW + 4 in every CTA's shared memory, or (GLOBAL, a
+    split without a cluster) at row stride CW in `nsplit` consecutive workspace slots from `ws`,
+    read from L2. Consecutive
     threads take consecutive 4-column groups of a row: conflict-free shared reads, coalesced
     8-byte stores. A runtime loop keeps the code small (the unrolled per-fragment split-K
     stores it replaced, with a `% split_k` test per fragment, were ~3.7k instructions,
@@ -670,18 +701,19 @@ def _store_tile[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int](
     multistage_gemm_q.md).
     """
     if nsplit == 1:
-        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 1](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 1, GLOBAL](red_s, ws, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
     elif nsplit == 2:
-        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 2](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 2, GLOBAL](red_s, ws, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
     elif nsplit == 4:
-        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 4](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 4, GLOBAL](red_s, ws, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
     else:
-        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 8](red_s, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
+        _store_tile_ns[dtype, has_bias, NT, CW, NCT, 8, GLOBAL](red_s, ws, c_ptr, b_ptr, tid, ks, nsplit, m0, col0, m, n)
 
 
 @always_inline
-def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS: Int](
+def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS: Int, GLOBAL: Bool](
     red_s: Pointer[Float32, MutUntrackedOrigin, address_space=AddressSpace.SHARED],
+    ws: Pointer[Float32, MutAnyOrigin],
     c_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     b_ptr: Pointer[Scalar[dtype], MutAnyOrigin],
     tid: Int, ks: Int, nsplit: Int, m0: Int, col0: Int, m: Int, n: Int,
@@ -711,13 +743,19 @@ def _store_tile_ns[dtype: DType, has_bias: Bool, NT: Int, CW: Int, NCT: Int, NS:
     while t < r_end:
         var parts = Array[SIMD[F32, 4], U * NS](fill=SIMD[F32, 4](0))
         comptime for u in range(U):
-            var src = red_s.unsafe_offset(min(t + u * RPP, r_end - 1) * RS + c)  # past the share: a re-read
-            comptime if NS == 1:
-                parts[u] = src.unsafe_load[width=4, alignment=16]()
-            else:
+            var row = min(t + u * RPP, r_end - 1)  # past the share: a re-read
+            comptime if GLOBAL:
                 comptime for r in range(NS):
                     if r < nsplit:
-                        parts[u * NS + r] = load_cluster_smem[F32, 4](src, UInt32(r))
+                        parts[u * NS + r] = ld_cg_f32x4(_gaddr(ws.unsafe_offset((r * NT + row) * CW + c)))
+            else:
+                var src = red_s.unsafe_offset(row * RS + c)
+                comptime if NS == 1:
+                    parts[u] = src.unsafe_load[width=4, alignment=16]()
+                else:
+                    comptime for r in range(NS):
+                        if r < nsplit:
+                            parts[u * NS + r] = load_cluster_smem[F32, 4](src, UInt32(r))
         comptime for u in range(U):
             var tu = t + u * RPP
             if tu < r_end:
@@ -785,10 +823,10 @@ def launch_int4_gemm_wgmma[
         var xt = TileTensor(x, row_major(Coord(m, kp)))
         var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
         comptime kernel = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, True, False, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, True, False, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         comptime direct = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, False, False, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, False, False, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         var no_ws = output.unsafe_bitcast[Float32]()  # the tiled launches have no workspace
         var no_flags = output.unsafe_bitcast[UInt32]()
@@ -823,6 +861,50 @@ def launch_int4_gemm_wgmma[
                 Int32(dp), no_ws, no_flags, grid_dim=grid, block_dim=r.num_threads(), shared_mem_bytes=smem,
                 cluster_dim=Dim(split, 1, 1), func_attribute=attr)
 
+
+def launch_int4_gemm_wgmma_gsplit[
+    dtype: DType, group_size: Int, has_zeros: Bool, has_bias: Bool, cfg: Int4WgmmaConfig
+](
+    output: Pointer[Scalar[dtype], MutAnyOrigin],
+    x: Pointer[Scalar[dtype], MutAnyOrigin],
+    qweight: Pointer[UInt32, MutAnyOrigin],
+    scales: Pointer[Scalar[dtype], MutAnyOrigin],
+    zeros: Pointer[Scalar[dtype], MutAnyOrigin],
+    bias: Pointer[Scalar[dtype], MutAnyOrigin],
+    m: Int, n: Int, kp: Int, np_: Int, split: Int,
+    ctx: DeviceContext,
+) raises:
+    """`int4_gemm_wgmma_kernel` split `split` ways along K without a cluster: the split CTAs of
+    a tile copy their fp32 tiles to a workspace (tiles x split tiles, per call) and each sums
+    its share of the tile's rows over the copies from L2 once a per-tile counter (zeroed on the
+    stream) has counted them all. Unlike a cluster split, any split packs the SMs; the CTAs of
+    a tile wait for each other, so the grid (tiles x split) must be resident at once."""
+    comptime r = try_resolve_wgmma_config(cfg, group_size, has_zeros, wgmma_smem_budget(cfg))
+    comptime if r.stages == 0:
+        raise Error("multistage_gemm_q: wgmma config ", cfg, " does not fit the shared-memory budget")
+    else:
+        comptime smem = wgmma_smem_usage(r, group_size, has_zeros)
+        var ntn = ceildiv(ceildiv(n, 64), r.bands())
+        var ntm = ceildiv(m, r.nt)
+        var tiles = ntn * ntm
+        var sms = ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT)
+        if split < 2 or split > 8 or kp // WG_BK < split:
+            raise Error("multistage_gemm_q: a global split must be 2..8 and at most the K stages, got ", split)
+        if tiles * split > sms * r.ctas:
+            raise Error("multistage_gemm_q: a global split of ", tiles * split, " CTAs cannot be resident at once on ", sms, " SMs")
+        var ws = ctx.enqueue_create_buffer[DType.float32](tiles * split * r.nt * r.bn())
+        var counters = ctx.enqueue_create_buffer[DType.uint32](tiles)
+        counters.enqueue_fill(0)
+        var xt = TileTensor(x, row_major(Coord(m, kp)))
+        var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
+        comptime kernel = int4_gemm_wgmma_kernel[
+            dtype, group_size, has_zeros, has_bias, r, True, False, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+        ]
+        ctx.enqueue_function[kernel](
+            tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(split),
+            Int32(0), ws.unsafe_ptr().as_unsafe_any_origin(), counters.unsafe_ptr().as_unsafe_any_origin(),
+            grid_dim=(ntn * split, ntm), block_dim=r.num_threads(), shared_mem_bytes=smem,
+            func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)))
 
 def streamk_ctas(cfg: Int4WgmmaConfig, m: Int, n: Int, kp: Int, sms: Int) -> Int:
     """CTAs of a stream-K launch of `cfg`: one per SM (cfg.ctas per SM), at most one per unit
@@ -874,7 +956,7 @@ def launch_int4_gemm_wgmma_streamk[
         var xt = TileTensor(x, row_major(Coord(m, kp)))
         var tma = create_tma_tile[r.nt, WG_BK, swizzle_mode=SW128](ctx, xt)
         comptime kernel = int4_gemm_wgmma_kernel[
-            dtype, group_size, has_zeros, has_bias, r, False, True, type_of(tma).tile_shape, type_of(tma).desc_shape
+            dtype, group_size, has_zeros, has_bias, r, False, True, False, type_of(tma).tile_shape, type_of(tma).desc_shape
         ]
         ctx.enqueue_function[kernel](
             tma, output, qweight, scales, zeros, bias, Int32(m), Int32(n), Int32(kp), Int32(np_), Int32(1),
