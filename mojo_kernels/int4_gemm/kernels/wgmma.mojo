@@ -891,7 +891,10 @@ def launch_int4_gemm_wgmma_gsplit[
         if split < 2 or split > 8 or kp // WG_BK < split:
             raise Error("multistage_gemm_q: a global split must be 2..8 and at most the K stages, got ", split)
         if tiles * split > sms * r.ctas:
-            raise Error("multistage_gemm_q: a global split of ", tiles * split, " CTAs cannot be resident at once on ", sms, " SMs")
+            # a GPU with fewer SMs than the plan counted: the same split over clusters (DSMEM)
+            launch_int4_gemm_wgmma[dtype, group_size, has_zeros, has_bias, cfg](
+                output, x, qweight, scales, zeros, bias, m, n, kp, np_, split, ctx)
+            return
         var ws = ctx.enqueue_create_buffer[DType.float32](tiles * split * r.nt * r.bn())
         var counters = ctx.enqueue_create_buffer[DType.uint32](tiles)
         counters.enqueue_fill(0)
