@@ -235,7 +235,9 @@ def int4_gemm_wgmma_kernel[
     streamk (with staged = False, split_k = 1): grid (G, 1), G <= the units (tile x 64-K stage)
     and every CTA resident; CTA c takes units [c U / G, (c + 1) U / G) of the raster order;
     ws_ptr: G fp32 tiles of nt x bn (the parts), flag_ptr: G words, 0 on entry and on exit.
-    The tiled launches pass dummies for both.
+    gsplit (staged, split_k > 1, launched without a cluster): the cluster split's grid, all of
+    it resident; ws_ptr: tiles x split fp32 tiles of nt x bn, flag_ptr: one counter per tile,
+    0 on entry. The other tiled launches pass dummies for both.
     """
     comptime NT = cfg.nt
     comptime FPW = cfg.fpw
