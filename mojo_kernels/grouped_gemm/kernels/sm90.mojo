@@ -8,8 +8,9 @@ Persistent, warp-specialized, swap-AB:
   prefill), so a group of a few tokens still streams whole 128-row weight tiles;
 - warpgroup 0 is the producer: one thread issues the TMA loads (128B swizzle, BK = 64
   elements = 128 bytes per row) of the weight tile [128, 64] (b viewed as [E * N, K], row
-  expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T) into
-  a ring of STAGES shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
+  expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T; in
+  boxes of BN / WIDTHS rows, only those the tile's wgmma width reads) into a ring of STAGES
+  shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
   holds KSUB such 64-column blocks (decode tiles: 2, so each weight row is read 256 bytes at a
   time; a tile's last stage may hold one); STAGES is the most that fits in the 227 KiB a CTA
   may opt into, next to the staged epilogue's round buffers;
@@ -296,14 +297,20 @@ def grouped_sm90_kernel[
     G32: Int32,
 ):
     comptime w_layout = tile_layout_k_major_typed[dtype, BM, BK, SW]
-    comptime x_layout = tile_layout_k_major_typed[dtype, BN, BK, SW]
+    comptime XBOX = BN // WIDTHS
+    """Token rows per TMA box: a tile loads the boxes its wgmma width covers."""
+    comptime x_layout = tile_layout_k_major_typed[dtype, XBOX, BK, SW]
     comptime W_ELEMS = BM * BK
     comptime X_ELEMS = BN * BK
-    comptime BLOCK_BYTES = (W_ELEMS + X_ELEMS) * size_of[dtype]()
-    """Bytes of one BK-column block (weight tile + token tile); a stage holds KSUB of them."""
+    comptime XBOX_ELEMS = XBOX * BK
     comptime SLOTS = STAGES * KSUB
     comptime C_FRAG = WG_M * BN // 128
     """fp32 accumulators per consumer thread (m64 x BN wgmma)."""
+    comptime PRODUCER_REGS = 48 if BN > 128 else 56
+    comptime CONSUMER_REGS = 224 if BN > 128 else 216
+    """setmaxnreg split of the 384 threads' 168 registers (128 x P + 256 x C <= 64512): a
+    256-token tile's consumers keep 224 for their 128 accumulators; narrower tiles give the
+    producer (the scheduler's walk, the token boxes) 56, which it needs to run without spills."""
 
     # slot s * KSUB + j of each array holds block j of ring stage s
     var smem = external_memory[Scalar[dtype], address_space=AddressSpace.SHARED, alignment=1024]()
@@ -337,7 +344,7 @@ def grouped_sm90_kernel[
 
     if wg == 0:
         # ---------------- producer: one thread issues every TMA load ----------------
-        warpgroup_reg_dealloc[40]()
+        warpgroup_reg_dealloc[PRODUCER_REGS]()
         if tid != 0:
             return
         var it = 0
@@ -349,25 +356,34 @@ def grouped_sm90_kernel[
                 continue
             var w_row = work.expert * N + work.m
             var x_row = work.row0 + plane_of[s0, s1](work.m) * T
+            # the token rows the consumers' wgmma width reads, in boxes of XBOX rows: the last
+            # token tile of a group (often a few rows) loads a quarter of a full tile's bytes
+            var boxes = Int32(1)
+            comptime if WIDTHS > 1:
+                boxes = Int32(width_index[BN, WIDTHS](min(work.row_end - work.row0, BN)) + 1)
             var kb = 0
             while kb < num_k:
                 var s = it % STAGES
                 var blocks = stage_blocks[KSUB](num_k, kb)
                 if it >= STAGES:
                     empty[unsafe_offset=s].wait(UInt32(((it // STAGES) & 1) ^ 1))
-                full[unsafe_offset=s].expect_bytes(Int32(blocks * BLOCK_BYTES))
+                full[unsafe_offset=s].expect_bytes(Int32(blocks) * (Int32(W_ELEMS) + boxes * Int32(XBOX_ELEMS)) * Int32(size_of[dtype]()))
                 for j in range(blocks):
                     var slot = s * KSUB + j
                     var w_dst = TileTensor(w_smem.unsafe_offset(slot * W_ELEMS), w_layout)
-                    var x_dst = TileTensor(x_smem.unsafe_offset(slot * X_ELEMS), x_layout)
                     w_tma.async_copy(w_dst, full[unsafe_offset=s], ((kb + j) * BK, w_row))
-                    x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kb + j) * BK, x_row))
+                    # boxes at XBOX-row offsets of a 1024-byte-aligned slot: the 128B swizzle
+                    # is a function of the shared address, so they form the same tile one
+                    # BN-row box would
+                    for bx in range(Int(boxes)):
+                        var x_dst = TileTensor(x_smem.unsafe_offset(slot * X_ELEMS + bx * XBOX_ELEMS), x_layout)
+                        x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kb + j) * BK, x_row + bx * XBOX))
                 kb += blocks
                 it += 1
         return
 
     # ---------------- consumers: wgmma on 64 weight rows each, then the epilogue ----------------
-    warpgroup_reg_alloc[232]()
+    warpgroup_reg_alloc[CONSUMER_REGS]()
     var ctid = tid - 128 * wg  # thread in its warpgroup
     var sub = wg - 1  # which 64 weight rows of the tile
     var warp = ctid // 32
@@ -471,7 +487,7 @@ def grouped_matmul_sm90[
     var w_tma = create_tma_tile[BM, BK, swizzle_mode=SW](
         ctx, TileTensor(b, row_major(Coord(shape.E * shape.N, shape.K)))
     )
-    var x_tma = create_tma_tile[BN, BK, swizzle_mode=SW](
+    var x_tma = create_tma_tile[BN // WIDTHS, BK, swizzle_mode=SW](
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
