@@ -382,6 +382,9 @@ def main() raises:
         bench_tiles(ctx, "qwen3_up", 32, 128, 1536, 2048)
         bench_tiles(ctx, "qwen3_up", 256, 128, 1536, 2048)
         bench_tiles(ctx, "qwen3_down", 256, 128, 2048, 768)
+        # DeepSeek-V2-Lite (64 experts top-6, gate_up N = 2816 K = 2048) at 4096 tokens: a full
+        # token tile and one of about half a tile per group
+        bench_tiles(ctx, "dsv2_up", 384, 64, 2816, 2048)
         # Mixtral (8 experts, gate_up N = 28672 K = 4096; down N = 4096 K = 14336)
         bench_tiles(ctx, "mixtral_up", 128, 8, 28672, 4096)
         bench_tiles(ctx, "mixtral_up", 1024, 8, 28672, 4096)
