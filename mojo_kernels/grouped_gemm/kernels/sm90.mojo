@@ -357,7 +357,7 @@ def grouped_sm90_kernel[
             var w_row = work.expert * N + work.m
             var x_row = work.row0 + plane_of[s0, s1](work.m) * T
             # the token rows the consumers' wgmma width reads, in boxes of XBOX rows: the last
-            # token tile of a group (often a few rows) loads a quarter of a full tile's bytes
+            # token tile of a group (often a few rows) loads a quarter of a full tile's token rows
             var boxes = Int32(1)
             comptime if WIDTHS > 1:
                 boxes = Int32(width_index[BN, WIDTHS](min(work.row_end - work.row0, BN)) + 1)
