@@ -8,8 +8,9 @@ Persistent, warp-specialized, swap-AB:
   prefill), so a group of a few tokens still streams whole 128-row weight tiles;
 - warpgroup 0 is the producer: one thread issues the TMA loads (128B swizzle, BK = 64
   elements = 128 bytes per row) of the weight tile [128, 64] (b viewed as [E * N, K], row
-  expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T; in
-  boxes of BN / WIDTHS rows, only those the tile's wgmma width reads) into a ring of STAGES
+  expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T;
+  prefill tiles in boxes of BN / WIDTHS rows, only those the tile's wgmma width reads:
+  `token_box_rows`) into a ring of STAGES
   shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
   holds KSUB such 64-column blocks (decode tiles: 2, so each weight row is read 256 bytes at a
   time; a tile's last stage may hold one); STAGES is the most that fits in the 227 KiB a CTA
@@ -109,6 +110,21 @@ def width_index[BN: Int, WIDTHS: Int](rows: Int) -> Int:
     """Index v of the narrowest wgmma width (v + 1) * BN / WIDTHS that covers `rows` (1..BN)
     tokens."""
     return max(ceildiv(rows * WIDTHS, BN), 1) - 1
+
+
+comptime MIN_TOKEN_BOX_ROWS = 64
+"""Fewest token rows per TMA box worth splitting a tile's load into. A tile of BN = 256 in
+boxes of 64 rows loads only the boxes its wgmma width reads and runs 0.5-10 % faster on the
+prefill shapes; BN = 128 in boxes of 32 rows ran 1-3 % slower where groups fill one tile and
+11-25 % slower where they fill many (the four 4 KB copies per block cost the producer more than
+the bytes saved; grouped_gpu_harness `tiles`, H100)."""
+
+
+@always_inline
+def token_box_rows[BN: Int, WIDTHS: Int]() -> Int:
+    """Token rows per TMA box: BN / WIDTHS where that is at least MIN_TOKEN_BOX_ROWS, so a tile
+    loads only the boxes its wgmma width covers; else BN (one box per tile)."""
+    return BN // WIDTHS if WIDTHS > 1 and BN // WIDTHS >= MIN_TOKEN_BOX_ROWS else BN
 
 
 comptime SmemPtr[T: AnyType] = Pointer[T, MutUntrackedOrigin, address_space=AddressSpace.SHARED]
@@ -297,8 +313,9 @@ def grouped_sm90_kernel[
     G32: Int32,
 ):
     comptime w_layout = tile_layout_k_major_typed[dtype, BM, BK, SW]
-    comptime XBOX = BN // WIDTHS
-    """Token rows per TMA box: a tile loads the boxes its wgmma width covers."""
+    comptime XBOX = token_box_rows[BN, WIDTHS]()
+    comptime NARROW = XBOX < BN
+    """A tile loads only the token boxes its wgmma width covers."""
     comptime x_layout = tile_layout_k_major_typed[dtype, XBOX, BK, SW]
     comptime W_ELEMS = BM * BK
     comptime X_ELEMS = BN * BK
@@ -306,11 +323,10 @@ def grouped_sm90_kernel[
     comptime SLOTS = STAGES * KSUB
     comptime C_FRAG = WG_M * BN // 128
     """fp32 accumulators per consumer thread (m64 x BN wgmma)."""
-    comptime PRODUCER_REGS = 48 if BN > 128 else 56
-    comptime CONSUMER_REGS = 224 if BN > 128 else 216
-    """setmaxnreg split of the 384 threads' 168 registers (128 x P + 256 x C <= 64512): a
-    256-token tile's consumers keep 224 for their 128 accumulators; narrower tiles give the
-    producer (the scheduler's walk, the token boxes) 56, which it needs to run without spills."""
+    comptime PRODUCER_REGS = 48 if NARROW else 40
+    comptime CONSUMER_REGS = 224 if NARROW else 232
+    """setmaxnreg split of the 384 threads' 168 registers (128 x P + 256 x C <= 64512): the
+    producer's loop over token boxes spills at 40 registers and runs clean at 48."""
 
     # slot s * KSUB + j of each array holds block j of ring stage s
     var smem = external_memory[Scalar[dtype], address_space=AddressSpace.SHARED, alignment=1024]()
@@ -359,7 +375,7 @@ def grouped_sm90_kernel[
             # the token rows the consumers' wgmma width reads, in boxes of XBOX rows: the last
             # token tile of a group (often a few rows) loads a quarter of a full tile's token rows
             var boxes = Int32(1)
-            comptime if WIDTHS > 1:
+            comptime if NARROW:
                 boxes = Int32(width_index[BN, WIDTHS](min(work.row_end - work.row0, BN)) + 1)
             var kb = 0
             while kb < num_k:
@@ -487,7 +503,7 @@ def grouped_matmul_sm90[
     var w_tma = create_tma_tile[BM, BK, swizzle_mode=SW](
         ctx, TileTensor(b, row_major(Coord(shape.E * shape.N, shape.K)))
     )
-    var x_tma = create_tma_tile[BN // WIDTHS, BK, swizzle_mode=SW](
+    var x_tma = create_tma_tile[token_box_rows[BN, WIDTHS](), BK, swizzle_mode=SW](
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
