@@ -10,11 +10,10 @@ Persistent, warp-specialized, swap-AB:
   elements = 128 bytes per row) of the weight tile [128, 64] (b viewed as [E * N, K], row
   expert * N + m) and of the token tile [BN, 64] (a as [A_rows, K], row row0 + plane * T;
   prefill tiles in boxes of BN / WIDTHS rows, only those the tile's wgmma width reads:
-  `token_box_rows`) into a ring of STAGES
-  shared-memory stages, each with a "full" and an "empty" mbarrier; a stage
-  holds KSUB such 64-column blocks (decode tiles: 2, so each weight row is read 256 bytes at a
-  time; a tile's last stage may hold one); STAGES is the most that fits in the 227 KiB a CTA
-  may opt into, next to the staged epilogue's round buffers;
+  `token_box_rows`) into a ring of STAGES shared-memory stages, each with a "full" and an
+  "empty" mbarrier; a stage holds KSUB such 64-column blocks (decode tiles: 2, so each weight
+  row is read 256 bytes at a time; a tile's last stage may hold one); STAGES is the most that
+  fits in the 227 KiB a CTA may opt into, next to the staged epilogue's round buffers;
 - warpgroups 1 and 2 are the consumers: each waits on "full", issues wgmma m64nBNk16 on its
   64 weight rows straight from shared memory with fp32 accumulators in registers (one wgmma
   group kept in flight), releases the stage, and at the end of a tile runs the epilogue
@@ -383,7 +382,8 @@ def grouped_sm90_kernel[
                 var blocks = stage_blocks[KSUB](num_k, kb)
                 if it >= STAGES:
                     empty[unsafe_offset=s].wait(UInt32(((it // STAGES) & 1) ^ 1))
-                full[unsafe_offset=s].expect_bytes(Int32(blocks) * (Int32(W_ELEMS) + boxes * Int32(XBOX_ELEMS)) * Int32(size_of[dtype]()))
+                var block_elems = Int32(W_ELEMS) + boxes * Int32(XBOX_ELEMS)
+                full[unsafe_offset=s].expect_bytes(Int32(blocks) * block_elems * Int32(size_of[dtype]()))
                 for j in range(blocks):
                     var slot = s * KSUB + j
                     var w_dst = TileTensor(w_smem.unsafe_offset(slot * W_ELEMS), w_layout)
@@ -392,7 +392,9 @@ def grouped_sm90_kernel[
                     # is a function of the shared address, so they form the same tile one
                     # BN-row box would
                     for bx in range(Int(boxes)):
-                        var x_dst = TileTensor(x_smem.unsafe_offset(slot * X_ELEMS + bx * XBOX_ELEMS), x_layout)
+                        var x_dst = TileTensor(
+                            x_smem.unsafe_offset(slot * X_ELEMS + bx * XBOX_ELEMS), x_layout
+                        )
                         x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kb + j) * BK, x_row + bx * XBOX))
                 kb += blocks
                 it += 1
