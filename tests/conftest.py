@@ -4,10 +4,13 @@ child processes of the selected `background` tests start early on a second lane
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from max.driver import accelerator_count
 
 import background
+from mojo_gemm import kernels_package
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,9 +33,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Queues the jobs of every selected, not skipped test, longest first."""
+    """Starts the kernel package's precompile (see below) and queues the jobs of every
+    selected, not skipped test, longest first."""
     if session.config.option.collectonly:
         return
+    # The main lane's graphs and most children need the precompiled kernel package: built
+    # here in a thread (the compiler is a child process), the main lane's first tests run
+    # meanwhile, and children that ask for it wait for this one build (a file lock) instead of
+    # each doing it again.
+    threading.Thread(target=kernels_package, name="kernels-precompile", daemon=True).start()
     jobs = [job for item in session.items if item.get_closest_marker("skip") is None
             for job in background.jobs_of(item)]
     for job in sorted(dict.fromkeys(jobs), key=lambda j: -j.seconds):

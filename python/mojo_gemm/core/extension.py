@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -45,7 +47,8 @@ def kernels_package() -> Path:
 
     MAX precompiles a source directory again for every graph that names it (~5 s each); graphs
     built by this package's functions name this binary instead. Keyed by a hash of every file
-    of the kernels and the Mojo toolchain, written atomically (parallel builders are safe).
+    of the kernels and the Mojo toolchain, written atomically; processes that ask at once
+    share one build (a file lock).
     Falls back to the source directory if the precompile is not possible. Computed once per
     process (a model calls the graph functions once per layer).
     """
@@ -61,18 +64,49 @@ def kernels_package() -> Path:
     if target.is_file():
         return target
     try:
-        from mojo.run import subprocess_run_mojo
-
-        # the compiler takes the module name from the output file's stem: stage under that name
-        staging = target.parent / f".staging.{os.getpid()}" / target.name
-        staging.parent.mkdir(parents=True, exist_ok=True)
-        subprocess_run_mojo(["precompile", str(source), "-o", str(staging)],
-                            capture_output=True, check=True)
-        os.replace(staging, target)
-        staging.parent.rmdir()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _build_lock(target.parent / ".lock"):
+            # a process that held the lock before this one has built it: nothing to do
+            if not target.is_file():
+                _precompile(source, target)
     except Exception:  # no cache dir, no driver, a compile error: MAX reports it from source
         return source
     return target
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on `path` (created if missing) while the body runs.
+
+    Processes that start together (the test suite's main process and its child compiles) would
+    otherwise each precompile the package, ~12 CPU-s apiece on a machine that has none to
+    spare: the later ones wait for the first build and use it. Without fcntl (Windows) no lock
+    is taken; the atomic rename still keeps parallel builds safe.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _precompile(source: Path, target: Path) -> None:
+    """`mojo precompile source -o target`, written atomically."""
+    from mojo.run import subprocess_run_mojo
+
+    # the compiler takes the module name from the output file's stem: stage under that name
+    staging = target.parent / f".staging.{os.getpid()}" / target.name
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    subprocess_run_mojo(["precompile", str(source), "-o", str(staging)],
+                        capture_output=True, check=True)
+    os.replace(staging, target)
+    staging.parent.rmdir()
 
 
 def ensure_kernels_loaded() -> None:
