@@ -372,13 +372,17 @@ class DecoderLayer(Module):
             per_token = ops.gather(pages, layout.pages, axis=0)  # [T, P, page, Hk, D]
             return _f32(ops.reshape(per_token, [t, p * c.page_size, hk, d]))
 
-        k = ops.permute(gathered(0), [0, 2, 3, 1])  # [T, Hk, D, S]
-        v = ops.permute(gathered(1), [0, 2, 1, 3])  # [T, Hk, S, D]
-        scores = ops.matmul(q, k) * (1.0 / float(np.sqrt(d)))  # [T, Hk, G, S]
+        # Both products as broadcast multiply + sum rather than batched matmuls: these are
+        # test-sized graphs (the benchmark sizes run "flash"), and a batched matmul costs each
+        # graph compile ~30 CPU-s where the elementwise product and reduction cost next to nothing.
+        k = ops.unsqueeze(ops.permute(gathered(0), [0, 2, 1, 3]), 2)  # [T, Hk, 1, S, D]
+        v = ops.unsqueeze(ops.permute(gathered(1), [0, 2, 1, 3]), 2)  # [T, Hk, 1, S, D]
+        scores = ops.squeeze(ops.sum(ops.unsqueeze(q, 3) * k, axis=-1), -1)  # [T, Hk, G, S]
+        scores = scores * (1.0 / float(np.sqrt(d)))
         mask = ops.unsqueeze(ops.unsqueeze(layout.mask, 1), 1)  # [T, 1, 1, S]
         # probabilities rounded to bf16 before P·V, as flash-attention kernels do
         probs = _f32(_bf16(ops.softmax(ops.where(mask, scores, _MASKED))))
-        out = ops.matmul(probs, v)  # [T, Hk, G, D]
+        out = ops.squeeze(ops.sum(ops.unsqueeze(probs, -1) * v, axis=3), 3)  # [T, Hk, G, D]
         return _bf16(ops.reshape(out, [t, c.q_size]))
 
     def __call__(self, h: TensorValue, pending: TensorValue | None, offsets: TensorValue,
