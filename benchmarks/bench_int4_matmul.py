@@ -646,15 +646,12 @@ def run_ours(rows: dict[tuple[str, int], dict[str, Any]], loaded: OursLoaded,
                 row["exec_kernel_us"] = union / copies if union else None
                 row["kernel_us"] = row["exec_kernel_us"]
                 if replay_wanted(m):
-                    try:
-                        replay_s, replay_kernel = harness.time_max_replay_traced(
-                            model, args, copies, dev)
-                    except Exception as e:  # diagnostic columns: never lose the row
-                        print(f"ours {name} M={m}: no captured time ({e!r})"[:400], flush=True)
-                    else:
-                        row["replay_us"] = replay_s * 1e6
-                        if replay_kernel is not None:
-                            row["kernel_us"] = replay_kernel
+                    replay_us, replay_kernel = harness.try_replay_traced(
+                        f"ours {name} M={m}", model, args, copies, dev)
+                    if replay_us is not None:
+                        row["replay_us"] = replay_us
+                    if replay_kernel is not None:
+                        row["kernel_us"] = replay_kernel
             print("ours", row, flush=True)
 
 

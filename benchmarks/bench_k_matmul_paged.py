@@ -656,15 +656,9 @@ def run_ours(s: Setup, rows: dict[tuple[str, str, int], dict[str, Any]], cache: 
                 if row["kernel_us"]:
                     row["kTBps"] = p.n * p.k / row["kernel_us"] / 1e6
                 if replay_wanted(t):
-                    try:
-                        replay_s, replay_kernel = harness.time_max_replay_traced(
-                            models[p.name], case.args, s.copies, s.dev)
-                    except Exception as e:  # diagnostic columns: never lose the row
-                        print(f"ours {p.name} {cache} T={t}: no captured time ({e!r})"[:400],
-                              flush=True)
-                    else:
-                        row["replay_us"] = replay_s * 1e6
-                        row["replay_kernel_us"] = replay_kernel
+                    row["replay_us"], row["replay_kernel_us"] = harness.try_replay_traced(
+                        f"ours {p.name} {cache} T={t}", models[p.name], case.args, s.copies,
+                        s.dev)
             rows[p.name, cache, t] = row
             log("ours", {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in row.items()})
         del pool, d

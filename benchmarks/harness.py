@@ -268,6 +268,18 @@ def try_us(label: str, fn: Callable[..., float], *args: Any) -> float | None:
         return None
 
 
+def try_replay_traced(label: str, model: Any, args: Sequence[Any], copies: int,
+                      device: Any) -> tuple[float | None, float | None]:
+    """`time_max_replay_traced` in µs per op: (replay, our kernels' union in the replay), or
+    (None, None) when capture or replay raises (printed with `label`; the row is kept)."""
+    try:
+        sec, kernel_us = time_max_replay_traced(model, args, copies, device)
+    except Exception as e:  # diagnostic columns: never lose the row
+        print(f"{label}: no captured time ({e!r})"[:400], flush=True)
+        return None, None
+    return sec * 1e6, kernel_us
+
+
 def torch_part_rows(script: str, name: str, budget: Budget) -> list[dict[str, Any]]:
     """Runs `script --torch-part FILE` in a subprocess (torch gets its own CUDA context, away
     from MAX's) within 35 % of what is left of `budget`, and returns the rows it wrote to FILE
