@@ -3,6 +3,7 @@
 fast kernels must use (CI: no GPU needed).
 
     python scripts/check_ptx.py [--only NAME ...] [--list] [--keep DIR]
+    python scripts/check_ptx.py --captured DIR --arch sm_90a
 
 Each entry of CHECKS is (name, harness, arch, required, forbidden): the harness (a Mojo program
 under the repository root, built with `mojo build -I <root> --target-accelerator <arch>
@@ -12,6 +13,13 @@ PATH, no kernel of it may spill more than `max_spill_bytes` per thread (`ptxas -
 assembler's register allocation: spills the PTX cannot show; each limit is the most any kernel
 of the check spills, so a change that adds spills fails). Add an entry to check another
 kernel. Exit status 1 when any check fails; the summary names the missing patterns.
+
+A check with a `kernel_prefix` can also run on the PTX a graph compile produced: the graph
+compile of every op's specializations for sm_90a (scripts/compile_gpu_graphs.py --ptx-checks)
+hands each kernel to scripts/ptxas-capture, which keeps its PTX and `ptxas -v` report, and
+`--captured DIR` checks the kernels whose entry names start with the prefix. That is the code
+users get (every specialization a graph can pick) and costs no build of its own, so CI checks
+those there and builds harnesses only for the checks a graph does not cover.
 """
 
 from __future__ import annotations
@@ -67,6 +75,9 @@ class PtxCheck:
     """Regular expressions that must match nowhere."""
     max_spill_bytes: int | None = None
     """Most bytes of spill stores `ptxas -v` may report for any kernel (None: not checked)."""
+    kernel_prefix: str | None = None
+    """The entry-name prefix of the check's kernels in a graph compile's PTX (`--captured`;
+    MAX names a kernel by its module path, cut to 30 characters); None: harness only."""
 
 
 GROUPED_HARNESS = "tests/mojo/ptx_probe_grouped.mojo"
@@ -86,7 +97,8 @@ of the spill check, for ~3 CPU-s saved."""
 CHECKS: tuple[PtxCheck, ...] = (
     PtxCheck(
         name="int4_sm90",
-        max_spill_bytes=48,
+        kernel_prefix="mojo_kernels_int4_gemm_kernels",
+        max_spill_bytes=60,  # one 3-warpgroup wgmma specialization of the sm_90a graph
         harness=INT4_HARNESS,
         arch="sm_90a",
         required=(
@@ -98,6 +110,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="k_cache_sm90",
+        kernel_prefix="mojo_kernels_k_cache_matmul_ke",
         max_spill_bytes=140,
         harness=K_CACHE_HARNESS,
         arch="sm_90a",
@@ -108,6 +121,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="grouped_sm90",
+        kernel_prefix="mojo_kernels_grouped_gemm_kern",
         max_spill_bytes=0,
         harness=GROUPED_HARNESS,
         arch="sm_90a",
@@ -147,6 +161,7 @@ CHECKS: tuple[PtxCheck, ...] = (
     ),
     PtxCheck(
         name="moe_route_sm90",
+        kernel_prefix="mojo_kernels_moe_route_kernels",
         max_spill_bytes=28,
         harness=MOE_ROUTE_HARNESS,
         arch="sm_90a",
@@ -212,13 +227,66 @@ def spill_problems(check: PtxCheck, ptx_files: list[Path]) -> list[str]:
     return problems
 
 
+ENTRY = re.compile(r"^\.(?:visible )?\.entry (\w+)\(", re.MULTILINE)
+
+
+def captured_checks(arch: str) -> list[PtxCheck]:
+    """The checks a graph compile for `arch` covers (those with a kernel_prefix)."""
+    return [c for c in CHECKS if c.arch == arch and c.kernel_prefix is not None]
+
+
+def captured_problems(check: PtxCheck, capture_dir: Path) -> list[str]:
+    """`evaluate` and the spill limit over the captured kernels of `check` (scripts/ptxas-
+    capture: one kernel per .ptx, its `ptxas -v` report in <name>.ptxas.log)."""
+    assert check.kernel_prefix is not None
+    mine = [p for p in sorted(capture_dir.glob("*.ptx"))
+            if any(e.startswith(check.kernel_prefix)
+                   for e in ENTRY.findall(p.read_text(errors="replace")))]
+    if not mine:
+        return [f"no captured kernel named {check.kernel_prefix}*"]
+    problems = evaluate(check, mine)
+    if check.max_spill_bytes is not None:
+        for ptx in mine:
+            log = ptx.with_name(ptx.name + ".ptxas.log")
+            report = log.read_text(errors="replace") if log.is_file() else ""
+            if "spill stores" not in report:
+                problems.append(f"{ptx.name}: no ptxas -v report")
+                continue
+            worst = max(int(m) for m in SPILLS.findall(report))
+            if worst > check.max_spill_bytes:
+                entry = ENTRY.findall(ptx.read_text(errors="replace"))[0]
+                problems.append(f"{entry}: {worst} bytes of spill stores (ptxas -v), more than "
+                                f"the {check.max_spill_bytes} allowed")
+    return problems
+
+
+def check_captured(capture_dir: Path, arch: str) -> int:
+    """Runs `captured_checks(arch)` on a capture; prints as `main` does, returns the number of
+    failed checks."""
+    failed = 0
+    for check in captured_checks(arch):
+        problems = captured_problems(check, capture_dir)
+        print(f"{'OK' if not problems else 'FAIL'} {check.name} ({arch}, graph compile)",
+              flush=True)
+        for p in problems:
+            print(f"    {p}")
+        failed += bool(problems)
+    print("all PTX checks passed" if not failed else f"{failed} PTX check(s) failed", flush=True)
+    return failed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", default=None, help="check names to run")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument("--keep", type=Path, default=None, help="keep the PTX in this folder")
+    parser.add_argument("--captured", type=Path, default=None,
+                        help="check a graph compile's captured PTX in this folder instead")
+    parser.add_argument("--arch", default="sm_90a", help="the captured PTX's target")
     args = parser.parse_args()
+    if args.captured is not None:
+        return 1 if check_captured(args.captured, args.arch) else 0
     checks = [c for c in CHECKS if args.only is None or c.name in args.only]
     if args.list:
         for c in CHECKS:

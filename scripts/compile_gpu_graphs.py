@@ -1,6 +1,6 @@
 """Compiles every op's GPU graph for a GPU target on a machine without a GPU (CI).
 
-    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph]
+    python scripts/compile_gpu_graphs.py [--arch sm_90a] [--one-graph] [--ptx-checks [--keep DIR]]
 
 Uses MAX's virtual devices (set before any device exists; "gfx..." targets get the HIP API,
 the rest CUDA): the graphs are compiled, nothing runs. By default one graph holds every op's
@@ -9,15 +9,27 @@ decoder sharded over 2 virtual devices (one compile's fixed cost for both); --on
 compiles a single graph holding one instance of every op instead (each target's kernel path
 once, for the targets CI checks besides sm_90a; the grouped SM100 kernel's epilogue variants
 and both cta_group values are built by the sm_100a PTX check of scripts/check_ptx.py).
+
+--ptx-checks: also runs scripts/check_ptx.py's checks for this target on the PTX of the kernels
+this compile builds (MAX's assembler routed through scripts/ptxas-capture, with a MAX cache of
+its own so that every kernel is assembled); without ptxas on PATH it builds those checks'
+harnesses instead. --keep DIR keeps the captured PTX and reports there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from max import driver
+
+SCRIPTS = Path(__file__).resolve().parent
 
 
 def _int4_part():  # type: ignore[no-untyped-def]
@@ -413,13 +425,56 @@ def compile_sm90a_graphs() -> None:
     session.compile(module, custom_extensions=[kernels_package()])
 
 
+def capture_ptx(capture: Path) -> bool:
+    """Routes MAX's assembler through scripts/ptxas-capture into `capture` (False, changing
+    nothing, when ptxas is not on PATH). MAX's compile cache moves into `capture` (a cached
+    graph assembles nothing); the kernel package's cache stays where it was."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return False
+    os.environ["MOJO_GEMM_CACHE"] = (os.environ.get("MOJO_GEMM_CACHE")
+                                     or os.environ.get("XDG_CACHE_HOME")
+                                     or str(Path.home() / ".cache"))
+    os.environ["XDG_CACHE_HOME"] = str(capture / "max-cache")
+    os.environ["MODULAR_NVPTX_COMPILER_PATH"] = str(SCRIPTS / "ptxas-capture")
+    os.environ["PTXAS_CAPTURE_REAL"] = ptxas
+    os.environ["PTXAS_CAPTURE_DIR"] = str(capture)
+    return True
+
+
+def ptx_checks(arch: str, capture: Path | None) -> int:
+    """scripts/check_ptx.py's checks for `arch` that a graph compile covers, on the captured
+    PTX, or (capture None) on their harnesses; the number of failed checks."""
+    sys.path.insert(0, str(SCRIPTS))
+    import check_ptx
+
+    if capture is not None:
+        return check_ptx.check_captured(capture, arch)
+    names = [c.name for c in check_ptx.captured_checks(arch)]
+    run = subprocess.run([sys.executable, str(SCRIPTS / "check_ptx.py"), "--only", *names],
+                         check=False)
+    return run.returncode
+
+
 def main() -> None:
     """Sets up the virtual device, then compiles each op's graph and prints the time."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--one-graph", action="store_true",
                         help="one graph with one instance of every op")
+    parser.add_argument("--ptx-checks", action="store_true",
+                        help="run check_ptx.py's checks on the kernels this compile builds")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="with --ptx-checks: capture into this folder and keep it")
     args = parser.parse_args()
+    capture = None
+    if args.ptx_checks:
+        capture = args.keep or Path(tempfile.mkdtemp(prefix="ptx_capture_"))
+        capture.mkdir(parents=True, exist_ok=True)
+    if capture is not None and not capture_ptx(capture):
+        if args.keep is None:
+            shutil.rmtree(capture)
+        capture = None
     driver.set_virtual_device_api("hip" if args.arch.startswith("gfx") else "cuda")
     driver.set_virtual_device_target_arch(args.arch)
     driver.set_virtual_device_count(1 if args.one_graph else 2)
@@ -433,9 +488,12 @@ def main() -> None:
     for name in names:
         print(f"compiled {name} for {args.arch} in {time.perf_counter() - t0:.1f}s", flush=True)
     print("all GPU graphs compiled", flush=True)
+    failed = ptx_checks(args.arch, capture) if args.ptx_checks else 0
+    if capture is not None and args.keep is None:
+        shutil.rmtree(capture, ignore_errors=True)
     # Skip interpreter teardown: with virtual devices MAX 26.7 sometimes aborts there
     # ("terminate called without an active exception", rc 134) after a good compile.
-    os._exit(0)
+    os._exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ decoder uses, MAX's allreduce) over 2 virtual sm_90a devices, in one module with
 specializations' graph. sm_89 (Ada) is not compiled here: it runs the Ampere path (the PTX MAX
 emits for it has no FP8 mma.sync), so its instructions are sm_80's, and its 99 KB shared-memory
 configs are the forced Ampere path's (tests/test_int4_plan.py checks that the plans agree),
-which tests/test_forced_paths.py compiles and runs on the GPU.
+which tests/test_forced_paths.py compiles and runs on the GPU. The sm_90a compile also runs
+scripts/check_ptx.py's sm_90a checks on the PTX of the kernels it builds (`--ptx-checks`).
 
 Runs in a subprocess (virtual devices are process-wide and must be set before any device), on
 the suite's background lane (tests/background.py).
@@ -31,7 +32,9 @@ def compile_job(arch: str, *flags: str, seconds: float) -> Job:
                env=tuple(sorted(child_env().items())), seconds=seconds)
 
 
-SM90 = compile_job("sm_90a", seconds=240)
+SM90 = compile_job("sm_90a", "--ptx-checks", seconds=250)
+PTX_IN_GRAPH = ("int4_sm90", "k_cache_sm90", "grouped_sm90", "moe_route_sm90")
+"""scripts/check_ptx.py's checks the sm_90a compile runs on its kernels (--ptx-checks)."""
 ONE_GRAPH = {arch: compile_job(arch, "--one-graph", seconds=seconds)
              for arch, seconds in (("sm_80", 40), ("gfx950", 40), ("sm_100a", 60))}
 
@@ -49,6 +52,18 @@ def test_gpu_graphs_compile_for_sm90a() -> None:
             "(PagedKVProjection) (one graph) for sm_90a"
             ) in result.stdout
     assert "all GPU graphs compiled" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.background(SM90)
+def test_sm90a_kernels_pass_the_ptx_checks() -> None:
+    """The kernels the sm_90a compile builds pass scripts/check_ptx.py's sm_90a checks: the
+    instructions they claim (wgmma, TMA, setmaxnreg, ...) and their spill limits (ptxas -v)."""
+    result = run(SM90)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    for name in PTX_IN_GRAPH:
+        assert f"OK {name} (sm_90a" in result.stdout, result.stdout[-3000:]
+    assert "all PTX checks passed" in result.stdout
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
 """GPU build and run of `grouped_matmul_sm100_persistent`'s standalone harness on an H200.
 
 The op's GPU graphs compile in tests/test_gpu_compile.py (sm_90a: every specialization; sm_100a
-and the other targets: the one-graph instance), the harness's PTX is checked in
-tests/test_ptx.py (wgmma / TMA / setmaxnreg on sm_90a; tcgen05 with cta_group 1 and 2, every
-epilogue of the harness, on sm_100a).
+and the other targets: the one-graph instance); the PTX checks (scripts/check_ptx.py) run on
+the sm_90a compile's kernels (wgmma / TMA / setmaxnreg) and on the harness for sm_100a
+(tcgen05 with cta_group 1 and 2, every epilogue of the harness; tests/test_ptx.py).
 """
 
 from __future__ import annotations
