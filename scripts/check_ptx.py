@@ -235,29 +235,37 @@ def captured_checks(arch: str) -> list[PtxCheck]:
     return [c for c in CHECKS if c.arch == arch and c.kernel_prefix is not None]
 
 
-def captured_problems(check: PtxCheck, capture_dir: Path) -> list[str]:
+REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def captured_problems(check: PtxCheck, capture_dir: Path) -> tuple[list[str], str]:
     """`evaluate` and the spill limit over the captured kernels of `check` (scripts/ptxas-
-    capture: one kernel per .ptx, its `ptxas -v` report in <name>.ptxas.log)."""
+    capture: one kernel per .ptx, its `ptxas -v` report in <name>.ptxas.log), and a summary:
+    how many kernels, their most registers and spill stores."""
     assert check.kernel_prefix is not None
     mine = [p for p in sorted(capture_dir.glob("*.ptx"))
             if any(e.startswith(check.kernel_prefix)
                    for e in ENTRY.findall(p.read_text(errors="replace")))]
     if not mine:
-        return [f"no captured kernel named {check.kernel_prefix}*"]
+        return [f"no captured kernel named {check.kernel_prefix}*"], "no kernels"
     problems = evaluate(check, mine)
-    if check.max_spill_bytes is not None:
-        for ptx in mine:
-            log = ptx.with_name(ptx.name + ".ptxas.log")
-            report = log.read_text(errors="replace") if log.is_file() else ""
-            if "spill stores" not in report:
-                problems.append(f"{ptx.name}: no ptxas -v report")
-                continue
-            worst = max(int(m) for m in SPILLS.findall(report))
-            if worst > check.max_spill_bytes:
-                entry = ENTRY.findall(ptx.read_text(errors="replace"))[0]
-                problems.append(f"{entry}: {worst} bytes of spill stores (ptxas -v), more than "
-                                f"the {check.max_spill_bytes} allowed")
-    return problems
+    regs, spills = [0], [0]
+    for ptx in mine:
+        log = ptx.with_name(ptx.name + ".ptxas.log")
+        report = log.read_text(errors="replace") if log.is_file() else ""
+        if "spill stores" not in report:
+            problems.append(f"{ptx.name}: no ptxas -v report")
+            continue
+        regs += [int(m) for m in REGISTERS.findall(report)]
+        worst = max(int(m) for m in SPILLS.findall(report))
+        spills.append(worst)
+        if check.max_spill_bytes is not None and worst > check.max_spill_bytes:
+            entry = ENTRY.findall(ptx.read_text(errors="replace"))[0]
+            problems.append(f"{entry}: {worst} bytes of spill stores (ptxas -v), more than "
+                            f"the {check.max_spill_bytes} allowed")
+    summary = (f"{len(mine)} kernels, at most {max(regs)} registers and {max(spills)} bytes of "
+               "spill stores per thread")
+    return problems, summary
 
 
 def check_captured(capture_dir: Path, arch: str) -> int:
@@ -265,9 +273,9 @@ def check_captured(capture_dir: Path, arch: str) -> int:
     failed checks."""
     failed = 0
     for check in captured_checks(arch):
-        problems = captured_problems(check, capture_dir)
-        print(f"{'OK' if not problems else 'FAIL'} {check.name} ({arch}, graph compile)",
-              flush=True)
+        problems, summary = captured_problems(check, capture_dir)
+        print(f"{'OK' if not problems else 'FAIL'} {check.name} ({arch}, graph compile: "
+              f"{summary})", flush=True)
         for p in problems:
             print(f"    {p}")
         failed += bool(problems)
