@@ -263,8 +263,9 @@ def captured_problems(check: PtxCheck, capture_dir: Path) -> tuple[list[str], st
             entry = ENTRY.findall(ptx.read_text(errors="replace"))[0]
             problems.append(f"{entry}: {worst} bytes of spill stores (ptxas -v), more than "
                             f"the {check.max_spill_bytes} allowed")
-    summary = (f"{len(mine)} kernels, at most {max(regs)} registers and {max(spills)} bytes of "
-               "spill stores per thread")
+    kernels = f"{len(mine)} kernel{'s' if len(mine) != 1 else ''}"
+    summary = (f"{kernels}, at most {max(regs)} registers and {max(spills)} bytes of spill "
+               "stores per thread")
     return problems, summary
 
 
