@@ -12,14 +12,15 @@ and both cta_group values are built by the sm_100a PTX check of scripts/check_pt
 
 --ptx-checks: also runs scripts/check_ptx.py's checks for this target on the PTX of the kernels
 this compile builds (MAX's assembler routed through scripts/ptxas-capture, with a MAX cache of
-its own so that every kernel is assembled); without ptxas on PATH it builds those checks'
-harnesses instead. --keep DIR keeps the captured PTX and reports there.
+its own so that every kernel is assembled); without ptxas 12.8 or newer on PATH it builds those
+checks' harnesses instead. --keep DIR keeps the captured PTX and reports there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -425,12 +426,30 @@ def compile_sm90a_graphs() -> None:
     session.compile(module, custom_extensions=[kernels_package()])
 
 
+PTXAS_MIN = (12, 8)
+"""The oldest ptxas the capture uses (the first release that assembles sm_100a); an older one
+would fail the compile that MAX's own assembler passes."""
+
+
+def ptxas_release(ptxas: str) -> tuple[int, int] | None:
+    """(major, minor) of `ptxas --version` ("release 13.0"), None when unreadable."""
+    try:
+        out = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2])) if found else None
+
+
 def capture_ptx(capture: Path) -> bool:
     """Routes MAX's assembler through scripts/ptxas-capture into `capture` (False, changing
-    nothing, when ptxas is not on PATH). MAX's compile cache moves into `capture` (a cached
-    graph assembles nothing); the kernel package's cache stays where it was."""
+    nothing, when ptxas is not on PATH or older than PTXAS_MIN). MAX's compile cache moves into
+    `capture` (a cached graph assembles nothing); the kernel package's cache stays where it
+    was."""
     ptxas = shutil.which("ptxas")
-    if ptxas is None:
+    release = ptxas_release(ptxas) if ptxas is not None else None
+    if ptxas is None or release is None or release < PTXAS_MIN:
         return False
     os.environ["MOJO_GEMM_CACHE"] = (os.environ.get("MOJO_GEMM_CACHE")
                                      or os.environ.get("XDG_CACHE_HOME")
@@ -451,6 +470,8 @@ def ptx_checks(arch: str, capture: Path | None) -> int:
     if capture is not None:
         return check_ptx.check_captured(capture, arch)
     names = [c.name for c in check_ptx.captured_checks(arch)]
+    if not names:
+        return 0
     run = subprocess.run([sys.executable, str(SCRIPTS / "check_ptx.py"), "--only", *names],
                          check=False)
     return run.returncode
