@@ -15,8 +15,9 @@ is < 0.1 % of a step's bytes; its bytes are in the floors.
   fused SwiGLU), through `DecoderRunner`; MAX: `max_builtin_decoder.MaxDecoder` (MAX's GPTQ
   kernel, MAX's FP8 K-cache matmul and FP8 matmul + cache store for V, MAX's grouped matmul),
   through the same runner.
-- correctness first: a prefill of short prompts and 2 teacher-forced decode steps (captured, a
-  batch of CHECK_SEQS) against the float64 reference; logits rel. Frobenius error <= 2e-2 and
+- correctness first: a prefill of short prompts, 2 teacher-forced decode steps (captured, a
+  batch of len(CHECK_PROMPTS)) and a decode step of one sequence alone (batch 1: every op at one
+  token) against the float64 reference; logits rel. Frobenius error <= 2e-2 and
   layer 0's cached K/V <= 2e-2, on check tokens whose router decisions all have a margin
   >= NEAR_TIE (`check_schedule`: a decision closer than that may flip under any kernel's
   rounding); the report prints the reference's smallest margins. A mismatch is reported (and
@@ -329,11 +330,12 @@ def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
 def check(name: str, runner: Any, weights: DecoderWeights, seqs: Sequence[int],
           schedule: list[list[list[int]]], ref_steps: list[tuple[np.ndarray, np.ndarray]],
           ref_k0: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """Runs `schedule` (prefill, then 1-token decode steps) on `seqs` and compares with the
-    reference's precomputed steps and layer-0 K/V; returns the check's record."""
+    """Runs `schedule` (prefill, then 1-token decode steps; a step with fewer token lists than
+    sequences runs the first ones alone) on `seqs` and compares with the reference's
+    precomputed steps and layer-0 K/V; returns the check's record."""
     errs, agree = [], []
     for step, tokens in enumerate(schedule):
-        out = runner.step(tokens, sequences=list(seqs))
+        out = runner.step(tokens, sequences=list(seqs)[:len(tokens)])
         if not np.isfinite(out.logits).all():
             raise SystemExit(f"{name}: non-finite logits at step {step}")
         errs.append(rel_err(out.logits, ref_steps[step][0]))
@@ -348,8 +350,8 @@ def check(name: str, runner: Any, weights: DecoderWeights, seqs: Sequence[int],
     rec = {"model": name, "logits_rel_err": errs, "next_ids_agree": agree,
            "layer0_kv_rel_err_max": max(kv_errs) if kv_errs else None, "pass": ok}
     log(f"{name} check ({'PASS' if ok else 'FAIL'}, tol {TOL}): logits rel err per step "
-        f"(prefill, decodes) {[f'{e:.2e}' for e in errs]}, next ids agree {agree}, layer-0 "
-        f"K/V rel err max {rec['layer0_kv_rel_err_max']}")
+        f"(prefill, decodes, batch-1 decode) {[f'{e:.2e}' for e in errs]}, next ids agree "
+        f"{agree}, layer-0 K/V rel err max {rec['layer0_kv_rel_err_max']}")
     if max(errs) > ABORT_ERR:
         raise SystemExit(f"{name}: logits rel err {max(errs):.3g} > {ABORT_ERR}: broken, not "
                          "rounding; stopping before the timing")
@@ -359,7 +361,8 @@ def check(name: str, runner: Any, weights: DecoderWeights, seqs: Sequence[int],
 def check_schedule(config: DecoderConfig, weights: DecoderWeights) -> tuple[
         list[list[list[int]]], tuple[Any, Any, list[list[float]]]]:
     """The check's token schedule (prompts of CHECK_PROMPTS tokens, then CHECK_DECODES random
-    single tokens per sequence) and its reference: the first of CHECK_SEEDS token seeds whose
+    single tokens per sequence, then one token for the first sequence alone: a batch-1 decode,
+    the one-token shapes of every op) and its reference: the first of CHECK_SEEDS token seeds whose
     every router decision has a margin >= NEAR_TIE, so the check compares like with like (a
     random 64-expert top-8 router has near-ties a kernel's rounding may flip, like the greedy
     near-ties the example decoder avoids by its seed); the last tried if none has."""
@@ -369,6 +372,7 @@ def check_schedule(config: DecoderConfig, weights: DecoderWeights) -> tuple[
         schedule += [[[int(t)] for t in rng.integers(0, config.vocab_size,
                                                     len(CHECK_PROMPTS))]
                      for _ in range(CHECK_DECODES)]
+        schedule.append([[int(rng.integers(0, config.vocab_size))]])
         ref = reference_steps(weights, schedule)
         smallest = min(min(m) for m in ref[2])
         log(f"check tokens seed {seed}: smallest router margin {smallest:.2e} std")
@@ -380,14 +384,15 @@ def check_schedule(config: DecoderConfig, weights: DecoderWeights) -> tuple[
 def reference_steps(weights: DecoderWeights, schedule: list[list[list[int]]]) -> tuple[
         list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]],
         list[list[float]]]:
-    """The float64 reference over `schedule`: per step (logits, next ids), layer 0's K/V per
-    sequence afterwards, and the per-layer router margins of each step."""
+    """The float64 reference over `schedule` (a step with fewer token lists than sequences
+    steps the first ones alone): per step (logits, next ids), layer 0's K/V per sequence
+    afterwards, and the per-layer router margins of each step."""
     from mojo_gemm.models.reference import ReferenceDecoder
 
     ref = ReferenceDecoder(weights, num_sequences=len(schedule[0]))
     steps, margins = [], []
     for tokens in schedule:
-        steps.append(ref.step(tokens))
+        steps.append(ref.step(tokens, tuple(range(len(tokens)))))
         margins.append(list(ref.route_margins))
     k0 = [(ref.k_cache[0][b], ref.v_cache[0][b]) for b in range(len(schedule[0]))]
     return steps, k0, margins
@@ -498,7 +503,8 @@ def run_model(name: str, weights: DecoderWeights, schedule: list[list[list[int]]
     prefill_n = PREFILL_SEQS * calls * len(prefill)
     num_seqs = len(schedule[0]) + decode_n + prefill_n
     pages = (pages_for([max_ctx] * decode_n, c.page_size)
-             + pages_for([sum(len(s[b]) for s in schedule) for b in range(len(schedule[0]))],
+             + pages_for([sum(len(s[b]) for s in schedule if b < len(s))
+                          for b in range(len(schedule[0]))],
                          c.page_size)
              + PREFILL_SEQS * calls * sum(-(-(t // PREFILL_SEQS) // c.page_size)
                                           for t in prefill) + 8)
