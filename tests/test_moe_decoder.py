@@ -15,8 +15,9 @@ from functools import cache
 import graph_pool
 import numpy as np
 import pytest
-from max.driver import Buffer, accelerator_count
+from max.driver import CPU, Accelerator, Buffer, Device, accelerator_count
 from max.dtype import DType
+from max.engine import InferenceSession, Model
 from max.graph import DeviceRef, Graph, TensorType
 from max.graph import Module as GraphModule
 
@@ -30,7 +31,7 @@ from mojo_gemm.models.decoder import (
     random_weights,
 )
 from mojo_gemm.models.reference import ReferenceDecoder
-from mojo_gemm.models.runtime import DecoderRunner
+from mojo_gemm.models.runtime import DecoderRunner, PagedKVCache
 
 CONFIG = DecoderConfig(vocab_size=300, hidden_size=256, num_layers=2, num_heads=4,
                        num_kv_heads=2, head_dim=32, num_experts=6, top_k=2,
@@ -197,8 +198,8 @@ def test_captured_decode_gpu() -> None:
 
 LM_HEAD = (2048, 256)
 """(hidden, vocab) of the LM head test: the real-size decoder's (OLMoE's hidden, the benchmark's
-vocabulary), where one form of the product left MAX's float32 GPU output unwritten at one
-token (the test model's hidden 256 did not show it)."""
+vocabulary), where one form of the product gave a wrong float32 GPU result at one token (the
+test model's hidden 256 did not show it)."""
 
 
 def _lm_head_graph(module: GraphModule, device: DeviceRef) -> Graph:
@@ -215,11 +216,9 @@ def _lm_head_graph(module: GraphModule, device: DeviceRef) -> Graph:
 graph_pool.register("lm_head", lambda module: (_lm_head_graph(module, DeviceRef.CPU()), {}))
 
 
-def check_lm_head(model: object, device: object) -> None:
+def check_lm_head(model: Model, device: Device) -> None:
     """Logits and greedy ids of 1 token (one sequence) and of 7 tokens (sequences of 2 and 5)
     against float64."""
-    from max.driver import CPU
-
     rng = np.random.default_rng(7)
     h, v = LM_HEAD
     lm_head = rng.standard_normal((v, h)).astype(np.float32)
@@ -232,7 +231,7 @@ def check_lm_head(model: object, device: object) -> None:
         assert (top2[:, 1] - top2[:, 0] > 1e-3 * ref.std()).all(), "test data has a near-tie"
         args = [Buffer.from_numpy(a).to(device)
                 for a in (normed, lm_head, np.asarray(offsets, np.uint32))]
-        logits, ids = (out.to(CPU()).to_numpy() for out in model.execute(*args))  # type: ignore[attr-defined]
+        logits, ids = (to_numpy(out) for out in model.execute(*args))
         assert logits.shape == (t, v), f"T={t}: logits shape {logits.shape}"
         err = rel_err(logits.astype(np.float64), ref)
         assert err <= TOL, f"T={t}: logits rel. error {err:.2e} > {TOL}"
@@ -241,17 +240,12 @@ def check_lm_head(model: object, device: object) -> None:
 
 def test_lm_head_cpu() -> None:
     """The decoder's LM head and greedy pick at one token and at a ragged batch (CPU)."""
-    from max.driver import CPU
-
     check_lm_head(graph_pool.model("lm_head"), CPU())
 
 
 @pytest.mark.gpu
 def test_lm_head_gpu() -> None:
     """The same on the GPU, at the real-size hidden width: one token is batch-1 decode."""
-    from max.driver import Accelerator
-    from max.engine import InferenceSession
-
     device = Accelerator()
     module = GraphModule()
     graph = _lm_head_graph(module, DeviceRef.GPU())
@@ -341,11 +335,6 @@ def test_bad_decoder_config(kwargs: dict[str, int], match: str) -> None:
 def test_paged_cache_bookkeeping() -> None:
     """Pages are scattered, the lookup table holds MAX's sentinel past each sequence's pages,
     and running out of pages or a wrong batch size is an error."""
-    from max.driver import CPU
-    from max.graph import DeviceRef
-
-    from mojo_gemm.models.runtime import PagedKVCache
-
     cache = PagedKVCache(CONFIG.kv_params(DeviceRef.CPU()), total_pages=5, num_sequences=2,
                          device=CPU())
     _, lengths, lut, max_prompt, max_cache, _ = cache.step_inputs([9, 3])
