@@ -319,7 +319,7 @@ def logits_and_next(normed: TensorValue, lm_head: TensorValue,
     input_row_offsets uint32 [B + 1] -> (logits float32 [T, V], the greedy next token int64 [B]
     of each sequence: argmax at its last new token)."""
     # computed as normed · lm_headᵀ. The other form, (lm_head · normedᵀ)ᵀ with the tokens on
-    # the product's column side (4x faster at 8 tokens), makes MAX 26.7's float32 GPU result
+    # the product's column side (4x faster at 8 tokens), makes MAX's float32 GPU result
     # wrong at one token and H = 2048 (rel. error 1.0 against float64 on an H100; right at
     # H = 256 and at 8 tokens): a silent wrong answer at batch-1 decode. This form is right at
     # every T tested, takes 1.7 µs at one token and a split-K kernel of ~32 µs at 8 x 2048 x 256.
