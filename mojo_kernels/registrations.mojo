@@ -78,7 +78,8 @@ from .grouped_gemm.entry import dense_shape, grouped_execute
 
 @extensibility.register("grouped_matmul_sm100_persistent")
 struct GroupedMatmulSm100Persistent[
-    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, force_path: Int = 0
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, routing_settled: Bool = False,
+    force_path: Int = 0,
 ]:
     """MoE grouped GEMM: c[r] = epilogue(a[r] · b[expert_ids[g]]ᵀ) for rows r of group g.
 
@@ -87,7 +88,10 @@ struct GroupedMatmulSm100Persistent[
     [max tokens per group, G_active] (read on the device); row_scale float32 [T] (any dummy,
     e.g. [1], when not has_row_scale). dtype (c, a, b): bfloat16 or float16.
     Semantics and clamping: grouped_gemm/scheduler.mojo; epilogue: grouped_gemm/epilogue.mojo.
-    force_path: common/target.mojo FORCE_* (0: the GPU's own path; 1 Ampere, 2 portable).
+    routing_settled: a_offsets, expert_ids and expert_usage_stats were read by an earlier grouped
+    matmul of the stream and b holds weights the stream never writes, so the kernel may read them
+    before the kernel ahead of it completes (grouped_gemm/entry.mojo). force_path: common/target.mojo FORCE_* (0: the GPU's own path;
+    1 Ampere, 2 portable).
     """
 
     @staticmethod
@@ -102,14 +106,15 @@ struct GroupedMatmulSm100Persistent[
         ctx: DeviceContext,
     ) raises:
         grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
-                         Self.has_row_scale, target, Self.force_path](
+                         Self.has_row_scale, target, Self.force_path, Self.routing_settled](
             c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
             a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
 
 
 @extensibility.register("grouped_matmul_sm100_persistent_inplace")
 struct GroupedMatmulSm100PersistentInplace[
-    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, force_path: Int = 0
+    a_plane_split0: Int, a_plane_split1: Int, swiglu: Bool, has_row_scale: Bool, routing_settled: Bool = False,
+    force_path: Int = 0,
 ]:
     """`grouped_matmul_sm100_persistent` writing into an existing buffer c (rows of inactive
     groups keep their contents). Same operands, with c first as a mutable buffer."""
@@ -126,7 +131,7 @@ struct GroupedMatmulSm100PersistentInplace[
         ctx: DeviceContext,
     ) raises:
         grouped_execute[dtype, Self.a_plane_split0, Self.a_plane_split1, Self.swiglu,
-                         Self.has_row_scale, target, Self.force_path](
+                         Self.has_row_scale, target, Self.force_path, Self.routing_settled](
             c.unsafe_ptr().as_unsafe_any_origin(), dense_shape(c.shape(), c.strides(), "c"),
             a, b, a_offsets, expert_ids, expert_usage_stats, row_scale, ctx)
 

@@ -108,12 +108,12 @@ FUSED_KV_BAD: dict[str, tuple[object, ...]] = {
 GROUPED_ARGS: dict[str, Any] = {
     "a": TENSOR, "b": TENSOR, "a_offsets": TENSOR, "expert_ids": TENSOR,
     "expert_usage_stats": TENSOR, "a_plane_splits": (0, 0), "swiglu": False,
-    "row_scale": None, "out": None,
+    "row_scale": None, "out": None, "routing_settled": False,
 }
 GROUPED_BAD: dict[str, tuple[object, ...]] = {
     **{n: NOT_TENSOR for n in ("a", "b", "a_offsets", "expert_ids", "expert_usage_stats")},
     "a_plane_splits": (0, (0.0, 0)), "swiglu": NOT_BOOL, "row_scale": NOT_TENSOR,
-    "out": (TENSOR, np.zeros((2, 2))),
+    "out": (TENSOR, np.zeros((2, 2))), "routing_settled": NOT_BOOL,
 }
 
 

@@ -90,3 +90,10 @@ def wait_count[limit_ns: Int](addr: UInt64, count: UInt32):
     while ld_acquire_gpu(addr) < count:
         if globaltimer() - t0 > UInt64(limit_ns):
             trap()
+
+
+@always_inline
+def ld_cg_u32(addr: UInt64) -> UInt32:
+    """4-byte global load from L2 (never a stale L1 line of data another kernel wrote)."""
+    return inlined_assembly["ld.global.cg.u32 $0, [$1];", UInt32, constraints="=r,l,~{memory}",
+                            has_side_effect=True](addr)

@@ -66,7 +66,7 @@ def _launch_sm100[
 
 
 def grouped_matmul_gpu[
-    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, path: Int
+    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, path: Int, routing_settled: Bool = False
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -80,7 +80,8 @@ def grouped_matmul_gpu[
 ) raises:
     """Launches the kernel of GPU path `path` (a supported PATH_*) for this call's shape: the
     TMA kernels on Hopper / Blackwell and the mma.sync kernel on Ampere when
-    K * sizeof(dtype) % 16 == 0, else (and on the portable path) the naive one."""
+    K * sizeof(dtype) % 16 == 0, else (and on the portable path) the naive one. routing_settled:
+    `launch_grouped_matmul` (the SM90 kernel's EARLY_ROUTING)."""
     # One comptime chain, so a path instantiates only its own kernels (the sm_100a kernel
     # does not build for other targets).
     comptime if path != PATH_AMPERE and path != PATH_HOPPER and path != PATH_BLACKWELL:
@@ -98,13 +99,19 @@ def grouped_matmul_gpu[
         elif path == PATH_HOPPER:
             var regime = sm90_token_regime(shape)
             if regime == 0:
-                grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, s0, s1, swiglu, has_row_scale, DECODE_KSUB](
+                grouped_matmul_sm90[
+                    dtype, DECODE_BN, DECODE_WIDTHS, s0, s1, swiglu, has_row_scale, DECODE_KSUB, False, routing_settled
+                ](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             elif regime == 1:
-                grouped_matmul_sm90[dtype, MID_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, MID_STAGED](
+                grouped_matmul_sm90[
+                    dtype, MID_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, MID_STAGED, routing_settled
+                ](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
             else:
-                grouped_matmul_sm90[dtype, PREFILL_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, PREFILL_STAGED](
+                grouped_matmul_sm90[
+                    dtype, PREFILL_BN, TILE_WIDTHS, s0, s1, swiglu, has_row_scale, 1, PREFILL_STAGED, routing_settled
+                ](
                     c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
         else:
             # sm_100a: 2-SM MMA (256 weight rows per cluster, one token tile shared by the

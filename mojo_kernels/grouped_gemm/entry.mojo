@@ -51,6 +51,7 @@ def launch_grouped_matmul[
     has_row_scale: Bool,
     target: StaticString,
     force: Int = 0,
+    routing_settled: Bool = False,
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -65,7 +66,13 @@ def launch_grouped_matmul[
     """c = grouped(a · b[expert]ᵀ) with the epilogue; pointers on the target's device.
 
     shape: from GroupedShape.validate. row_scale is read only when has_row_scale. force: a
-    FORCE_* value of common/target.mojo.
+    FORCE_* value of common/target.mojo. routing_settled: the caller vouches that a_offsets,
+    expert_ids and expert_usage_stats were already read by an earlier grouped matmul of the same
+    stream (e.g. the down projection after gate_up on the same routing) and that b is not written
+    by the stream (model weights): every grouped kernel
+    releases its programmatic dependents only after its own wait, so that routing was complete
+    before this kernel could start, and the SM90 kernel reads it and streams its first weight
+    tiles while the kernel ahead of it still runs. The other paths ignore it.
     """
     comptime assert dtype == DType.bfloat16 or dtype == DType.float16, String(
         OP_NAME, ": a, b and c must be bfloat16 or float16, got ", dtype)
@@ -77,7 +84,7 @@ def launch_grouped_matmul[
         comptime path = gpu_path[force]()
         comptime assert path != PATH_UNSUPPORTED, String(
             OP_NAME, ": unsupported GPU target '", arch, "' (supported: ", SUPPORTED_TARGETS, ")")
-        grouped_matmul_gpu[dtype, s0, s1, swiglu, has_row_scale, path](
+        grouped_matmul_gpu[dtype, s0, s1, swiglu, has_row_scale, path, routing_settled](
             c, a, b, a_offsets, expert_ids, stats, row_scale, shape, ctx)
     else:
         comptime assert False, String(OP_NAME, ": unsupported target '", target, "' (expected 'cpu' or 'gpu')")
@@ -85,7 +92,7 @@ def launch_grouped_matmul[
 
 def grouped_execute[
     dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, target: StaticString,
-    force: Int = 0,
+    force: Int = 0, routing_settled: Bool = False,
 ](
     c: Pointer[Scalar[dtype], MutAnyOrigin],
     c_shape: IndexList[2],
@@ -98,7 +105,8 @@ def grouped_execute[
     ctx: DeviceContext,
 ) raises:
     """Validates the op's tensors (shapes, dense layout) and runs `launch_grouped_matmul`; `c` is the
-    output's pointer and shape (a new tensor or the in-place buffer); force: FORCE_*."""
+    output's pointer and shape (a new tensor or the in-place buffer); force: FORCE_*;
+    routing_settled: see `launch_grouped_matmul`."""
     var shape = GroupedShape.validate[s0, s1, swiglu, has_row_scale](
         c_shape,
         dense_shape(a.shape(), a.strides(), "a"),
@@ -106,7 +114,7 @@ def grouped_execute[
         a_offsets.dim_size(0), expert_ids.dim_size(0), expert_usage_stats.dim_size(0),
         row_scale.dim_size(0),
     )
-    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, target, force](
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, target, force, routing_settled](
         c,
         a.unsafe_ptr().as_unsafe_any_origin(),
         b.unsafe_ptr().as_unsafe_any_origin(),

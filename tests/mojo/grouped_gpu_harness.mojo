@@ -7,7 +7,7 @@
 # Forced paths (FORCE_* of common/target.mojo) through the same launcher: Ampere runs the
 # mma.sync kernel (naive for odd K), portable the naive kernel.
 #   scripts/build-gpu-bin tests/mojo/grouped_gpu_harness.mojo
-#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench]
+#   LD_LIBRARY_PATH=$PWD/.gpu-bin/lib .gpu-bin/grouped_gpu_harness [bench | sparse | tiles | pair]
 # Prints one line per case and "ALL PASS" (exit 0) or raises.
 from std.math import ceildiv
 from std.sys import argv
@@ -18,9 +18,10 @@ from max.gpu.host import DeviceContext
 from mojo_kernels.common.target import FORCE_AMPERE, FORCE_AUTO, FORCE_PORTABLE, PATH_HOPPER, gpu_path
 from mojo_kernels.grouped_gemm.kernels.naive import grouped_matmul_gpu_naive
 from mojo_kernels.grouped_gemm.entry import launch_grouped_matmul
-from mojo_kernels.grouped_gemm.scheduler import GroupedShape
+from mojo_kernels.grouped_gemm.scheduler import ElemPtr, F32Ptr, GroupedShape, I32Ptr, U32Ptr
 from mojo_kernels.grouped_gemm.dispatch import sm90_token_regime
 from mojo_kernels.grouped_gemm.kernels.sm90 import grouped_matmul_sm90
+from int4_gemm_ref import spin_kernel
 from mojo_kernels.grouped_gemm.tuning_sm90 import DECODE_BN, DECODE_KSUB, DECODE_WIDTHS, MID_BN, PREFILL_BN, TILE_WIDTHS
 
 comptime POISON = -777.0
@@ -31,7 +32,9 @@ def lcg(mut seed: UInt32) -> Float32:
     return Float32(Int(seed >> 8) % 2001) / 1000.0 - 1.0
 
 
-def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, force: Int = 0](
+def run_case[
+    dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, force: Int = 0, settled: Bool = False
+](
     ctx: DeviceContext, name: StaticString, T: Int, K: Int, N: Int, E: Int,
     offsets: List[Int], ids: List[Int], g_active: Int,
 ) raises:
@@ -74,7 +77,7 @@ def run_case[dtype: DType, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool, 
     var ip = eids.unsafe_ptr().as_unsafe_any_origin()
     var sp = stats.unsafe_ptr().as_unsafe_any_origin()
     var rp = rs.unsafe_ptr().as_unsafe_any_origin()
-    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, "gpu", force](
+    launch_grouped_matmul[dtype, s0, s1, swiglu, has_row_scale, "gpu", force, settled](
         c.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
     grouped_matmul_gpu_naive[dtype, s0, s1, swiglu, has_row_scale](
         c_ref.unsafe_ptr().as_unsafe_any_origin(), ap, bp, op, ip, sp, rp, shape, ctx)
@@ -119,6 +122,16 @@ def cases[dtype: DType](ctx: DeviceContext) raises:
         [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 37)
     run_case[dtype, 0, 0, False, False](ctx, "decode_sparse_groups_active_29", 16, 128, 256, 40,
         [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 29)
+    # settled routing (read, and the first tile's weights loaded, before the wait): sparse
+    # groups with an invalid expert, a tile shorter than the ring, G_active < G, prefill tiles
+    run_case[dtype, 0, 0, False, True, 0, True](ctx, "settled_decode_sparse_groups", 16, 128, 256, 40,
+        [0, 1, 1, 1, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 4, 4, 7, 7, 7, 7, 7, 7, 7, 8, 9, 9, 9, 9, 9, 9, 9, 11, 11, 11, 11, 11, 16], [0, 7, 14, 21, 28, 35, 2, 9, 16, 23, 30, 37, 4, 11, 18, 25, 32, 39, 6, 13, 20, 27, 34, -1, 8, 15, 22, 29, 36, 3, 10, 17, 24, 31, 38, 5, 12], 29)
+    run_case[dtype, 0, 0, True, True, 0, True](ctx, "settled_decode_odd_blocks_swiglu_scale", 20, 136, 256, 4,
+        [0, 3, 3, 10, 20], [1, -1, 3, 2], 4)
+    run_case[dtype, 0, 0, False, False, 0, True](ctx, "settled_decode_long_k", 20, 1100, 256, 4,
+        [0, 3, 3, 10, 20], [1, 0, 3, 2], 3)
+    run_case[dtype, 0, 0, False, True, 0, True](ctx, "settled_prefill_odd_n_scale", 700, 200, 131, 4,
+        [0, 300, 301, 650, 700], [2, 0, 3, 1], 4)
     # odd N (rows of odd length), with and without the row scale
     run_case[dtype, 0, 0, False, True](ctx, "decode_odd_n_scale", 20, 136, 199, 4,
         [0, 7, 8, 8, 20], [2, 3, -1, 0], 4)
@@ -354,6 +367,116 @@ def bench_tiles(ctx: DeviceContext, name: StaticString, avg_rows: Int, G: Int, N
     print(line)
 
 
+def _pair[early: Bool](
+    ctx: DeviceContext, y: ElemPtr[DType.bfloat16], act: ElemPtr[DType.bfloat16], x: ElemPtr[DType.bfloat16],
+    up: ElemPtr[DType.bfloat16], down: ElemPtr[DType.bfloat16], op: U32Ptr, ip: I32Ptr, sp: U32Ptr, rp: F32Ptr,
+    up_shape: GroupedShape, down_shape: GroupedShape,
+) raises:
+    """One MoE expert step as the MoE block issues it: gate_up (SwiGLU) then down (row scale);
+    `early`: gate_up releases its dependents after its wait and down reads the routing (and
+    fills its ring with weights) before its wait."""
+    comptime dtype = DType.bfloat16
+    grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, True, False, DECODE_KSUB, False, False, early](
+        act, x, up, op, ip, sp, rp, up_shape, ctx)
+    grouped_matmul_sm90[dtype, DECODE_BN, DECODE_WIDTHS, 0, 0, False, True, DECODE_KSUB, False, early, early](
+        y, act, down, op, ip, sp, rp, down_shape, ctx)
+
+
+def bench_pair(ctx: DeviceContext, name: StaticString, active: Int, rows_per: Int, iters: Int) raises:
+    """OLMoE's expert step (64 experts, hidden 2048, intermediate 1024) at decode: `active`
+    groups of `rows_per` rows among 64, 4 rotating expert sets; gate_up then down back to back,
+    spin-held (device time only), base against early routing, both checked bit-identical."""
+    comptime dtype = DType.bfloat16
+    comptime G = 64
+    comptime H = 2048
+    comptime I = 1024
+    comptime SETS = 4
+    var T = active * rows_per
+    var x = ctx.enqueue_create_buffer[dtype](T * H)
+    var up = ctx.enqueue_create_buffer[dtype](G * 2 * I * H)
+    var down = ctx.enqueue_create_buffer[dtype](G * H * I)
+    var act = ctx.enqueue_create_buffer[dtype](T * I)
+    var y = ctx.enqueue_create_buffer[dtype](T * H)
+    var rs = ctx.enqueue_create_buffer[DType.float32](T)
+    var offs = ctx.enqueue_create_buffer[DType.uint32](SETS * (G + 1))
+    var eids = ctx.enqueue_create_buffer[DType.int32](SETS * G)
+    var stats = ctx.enqueue_create_buffer[DType.uint32](2)
+    ctx.enqueue_function[_fill_kernel[dtype]](x.unsafe_ptr().as_unsafe_any_origin(), Int64(T * H),
+        UInt32(1), grid_dim=ceildiv(T * H, 256), block_dim=256)
+    ctx.enqueue_function[_fill_kernel[dtype]](up.unsafe_ptr().as_unsafe_any_origin(), Int64(G * 2 * I * H),
+        UInt32(2), grid_dim=ceildiv(G * 2 * I * H, 256), block_dim=256)
+    ctx.enqueue_function[_fill_kernel[dtype]](down.unsafe_ptr().as_unsafe_any_origin(), Int64(G * H * I),
+        UInt32(3), grid_dim=ceildiv(G * H * I, 256), block_dim=256)
+    with rs.map_to_host() as h:
+        for t in range(T):
+            h[t] = 0.125
+    var stride = G // active
+    with offs.map_to_host() as h:
+        for st in range(SETS):
+            var row = 0
+            for g in range(G + 1):
+                h[st * (G + 1) + g] = UInt32(row)
+                if g < G and (g + 3 * st) % stride == stride - 1:
+                    row += rows_per
+    with eids.map_to_host() as h:
+        for st in range(SETS):
+            for g in range(G):
+                h[st * G + g] = Int32(g)
+    with stats.map_to_host() as h:
+        h[0] = UInt32(rows_per)
+        h[1] = UInt32(G)
+    var up_shape = GroupedShape(T=T, K=H, N=2 * I, Nc=I, E=G, G=G, a_rows=T)
+    var down_shape = GroupedShape(T=T, K=I, N=H, Nc=H, E=G, G=G, a_rows=T)
+    var yp = y.unsafe_ptr().as_unsafe_any_origin()
+    var actp = act.unsafe_ptr().as_unsafe_any_origin()
+    var xp = x.unsafe_ptr().as_unsafe_any_origin()
+    var upp = up.unsafe_ptr().as_unsafe_any_origin()
+    var dp = down.unsafe_ptr().as_unsafe_any_origin()
+    var rp = rs.unsafe_ptr().as_unsafe_any_origin()
+    var sp = stats.unsafe_ptr().as_unsafe_any_origin()
+    var line = String("pair ", name, " active=", active, " rows/group=", rows_per)
+    var outs = List[List[Float32]]()
+    comptime if gpu_path[FORCE_AUTO]() != PATH_HOPPER:
+        return
+    comptime for v in range(2):
+        var samples = List[Float64]()
+        for rep in range(6):
+            var spin_ns = Int64(iters * 60_000 + 100_000)
+            ctx.synchronize()
+            var a0 = perf_counter_ns()
+            ctx.enqueue_function[spin_kernel](spin_ns, grid_dim=1, block_dim=32)
+            ctx.synchronize()
+            var a1 = perf_counter_ns()
+            ctx.enqueue_function[spin_kernel](spin_ns, grid_dim=1, block_dim=32)
+            for i in range(iters):
+                var op = offs.unsafe_ptr().as_unsafe_any_origin().unsafe_offset((i % SETS) * (G + 1))
+                var ip = eids.unsafe_ptr().as_unsafe_any_origin().unsafe_offset((i % SETS) * G)
+                _pair[v == 1](ctx, yp, actp, xp, upp, dp, op, ip, sp, rp, up_shape, down_shape)
+            var enq = perf_counter_ns()
+            ctx.synchronize()
+            var a2 = perf_counter_ns()
+            if Int64(enq - a1) > spin_ns:
+                print("   (warning: host enqueue outran the spin)")
+            if rep > 0:
+                samples.append(Float64(Int(a2 - a1) - Int(a1 - a0)) / 1e3 / Float64(iters))
+        sort(samples)
+        line += String(" v", v, "=", samples[len(samples) // 2], "us")
+        var out = List[Float32]()
+        with y.map_to_host() as h:
+            for i in range(T * H):
+                out.append(h[i].cast[DType.float32]())
+        outs.append(out^)
+        y.enqueue_fill(Scalar[dtype](POISON))
+    var same = True
+    for i in range(T * H):
+        if outs[0][i] != outs[1][i]:
+            same = False
+    line += String(" identical=", same)
+    print(line)
+    if not same:
+        raise Error("pair: early routing changed the output")
+
+
 def main() raises:
     var ctx = DeviceContext()
     cases[DType.bfloat16](ctx)
@@ -372,6 +495,11 @@ def main() raises:
             bench_sparse(ctx, "olmoe_down", 64, 2048, 1024, False, 200)
             bench_sparse(ctx, "qwen3_up", 128, 1536, 2048, True, 200)
             bench_sparse(ctx, "qwen3_down", 128, 2048, 768, False, 200)
+    if len(args) > 1 and args[1] == "pair":
+        for _ in range(2):
+            bench_pair(ctx, "olmoe_b1", 8, 1, 40)
+            bench_pair(ctx, "olmoe_b8", 32, 2, 20)
+            bench_pair(ctx, "olmoe_b64", 64, 8, 10)
     if len(args) > 1 and args[1] == "tiles":
         # OLMoE (64 experts, gate_up N = 2048 K = 2048; down N = 2048 K = 1024) over group sizes
         for r in [16, 32, 48, 64, 96, 128, 160, 192, 256, 512]:

@@ -2,7 +2,9 @@
 
 Persistent, warp-specialized, swap-AB:
 - grid = number of SMs; every CTA walks the work list of scheduler.mojo (groups x token tiles x
-  weight tiles, read from a_offsets / expert_ids / expert_usage_stats on the device);
+  weight tiles, read from a_offsets / expert_ids / expert_usage_stats on the device), first
+  copied into a group table in shared memory (up to TABLE_GROUPS groups, one load per thread),
+  so the walk over many empty groups (decode over all experts) reads shared memory;
 - swap-AB: the expert's weight rows (matmul columns) sit on wgmma's M side (BM = 128 = 2
   warpgroups x 64) and the tokens on its N side (BN = 32 for decode-sized groups, 256 for
   prefill), so a group of a few tokens still streams whole 128-row weight tiles;
@@ -44,6 +46,7 @@ from layout import Coord, TileTensor, row_major
 from layout.tensor_core_async import TensorCoreAsync, tile_layout_k_major_typed, warpgroup_fence
 from layout.tma_async import SharedMemBarrier, TMATensorTile, create_tma_tile
 
+from ...common.handoff import ld_cg_u32
 from ...common.smem_stores import stmatrix_tokens_x4, store_row_piece
 from ...common.target import SMEM_BUDGET_SM90
 from ...common.pdl import launch_dependent_grids, pdl_attributes, wait_on_dependent_grids
@@ -91,17 +94,29 @@ def sm90_epi_bytes[dtype: DType, STAGED: Bool]() -> Int:
     return NUM_CONSUMERS * EPI_TOKENS * EPI_STRIDE * size_of[dtype]() if STAGED else 0
 
 
+comptime TABLE_GROUPS = 256
+"""Most groups whose row offsets and expert ids a CTA copies into shared memory at its start
+(the group table), so that the scheduler's walk over the groups reads shared memory, not one
+dependent global load per group entered. More groups than this keep the walk on global memory."""
+comptime TABLE_BYTES = (2 * TABLE_GROUPS + 4) * 4
+"""The group table: TABLE_GROUPS + 1 offsets, TABLE_GROUPS ids and the active group count,
+rounded to 16 bytes."""
+
+
 def sm90_stages[dtype: DType, BN: Int, KSUB: Int = 1, STAGED: Bool = False]() -> Int:
-    """Pipeline depth: as many stages as fit next to their 2 mbarriers each and the epilogue's
-    round buffers."""
+    """Pipeline depth: as many stages as fit next to their 2 mbarriers each, the epilogue's
+    round buffers and the group table."""
     return min(
-        MAX_STAGES, (SMEM_BUDGET_SM90 - sm90_epi_bytes[dtype, STAGED]()) // (sm90_stage_bytes[dtype, BN, KSUB]() + 16)
+        MAX_STAGES,
+        (SMEM_BUDGET_SM90 - sm90_epi_bytes[dtype, STAGED]() - TABLE_BYTES) // (sm90_stage_bytes[dtype, BN, KSUB]() + 16),
     )
 
 
 def sm90_smem_bytes[dtype: DType, BN: Int, KSUB: Int = 1, STAGED: Bool = False]() -> Int:
     comptime stages = sm90_stages[dtype, BN, KSUB, STAGED]()
-    return stages * sm90_stage_bytes[dtype, BN, KSUB]() + 2 * stages * 8 + sm90_epi_bytes[dtype, STAGED]()
+    return (
+        stages * sm90_stage_bytes[dtype, BN, KSUB]() + 2 * stages * 8 + sm90_epi_bytes[dtype, STAGED]() + TABLE_BYTES
+    )
 
 
 @always_inline
@@ -292,6 +307,8 @@ def grouped_sm90_kernel[
     swiglu: Bool,
     has_row_scale: Bool,
     STAGED: Bool,
+    EARLY_ROUTING: Bool,
+    LATE_RELEASE: Bool,
     w_tile: Coord,
     w_desc: Coord,
     x_tile: Coord,
@@ -322,10 +339,11 @@ def grouped_sm90_kernel[
     comptime SLOTS = STAGES * KSUB
     comptime C_FRAG = WG_M * BN // 128
     """fp32 accumulators per consumer thread (m64 x BN wgmma)."""
-    comptime PRODUCER_REGS = 48 if NARROW else 40
-    comptime CONSUMER_REGS = 224 if NARROW else 232
+    comptime PRODUCER_REGS = 56
+    comptime CONSUMER_REGS = 224
     """setmaxnreg split of the 384 threads' 168 registers (128 x P + 256 x C <= 64512): the
-    producer's loop over token boxes spills at 40 registers and runs clean at 48."""
+    producer's loops (token boxes, the first tile's early weight loads) spill below 56; the
+    consumers' largest accumulator (m64n256: 128 registers) fits 224."""
 
     # slot s * KSUB + j of each array holds block j of ring stage s
     var smem = external_memory[Scalar[dtype], address_space=AddressSpace.SHARED, alignment=1024]()
@@ -333,28 +351,57 @@ def grouped_sm90_kernel[
     var x_smem = smem.unsafe_offset(SLOTS * W_ELEMS)
     var full = smem.unsafe_offset(SLOTS * (W_ELEMS + X_ELEMS)).unsafe_bitcast[SharedMemBarrier]()
     var empty = full.unsafe_offset(STAGES)
-    # the staged epilogue's round buffers, one per consumer, after the barriers (16-byte aligned)
+    # the staged epilogue's round buffers, one per consumer, after the barriers (16-byte aligned),
+    # then the group table
     var epi_smem = empty.unsafe_offset(STAGES).unsafe_bitcast[Scalar[dtype]]()
+    var table = epi_smem.unsafe_offset(sm90_epi_bytes[dtype, STAGED]() // size_of[dtype]()).unsafe_bitcast[UInt32]()
 
     var tid = thread_idx.x
-    launch_dependent_grids()  # PDL (common/pdl.mojo)
+    comptime if not LATE_RELEASE:
+        launch_dependent_grids()  # PDL (common/pdl.mojo)
     if tid == 0:
+        # the descriptors' first use would fetch them: start that now, before the wait
+        w_tma.prefetch_descriptor()
+        x_tma.prefetch_descriptor()
         comptime for s in range(STAGES):
             full[unsafe_offset=s].init(1)  # the producer's arrive.expect_tx + the TMA bytes
             empty[unsafe_offset=s].init(NUM_CONSUMERS)  # one thread per consumer warpgroup
-    barrier()
-    # Every read (the groups' offsets and ids decide which weights a tile needs, so none can be
-    # fetched early) and every write comes after the previous kernel has completed.
-    wait_on_dependent_grids()
+    # Every read of a, every write and (unless the routing is read early) every read of the
+    # routing (the groups' offsets and ids decide which weights a tile needs) comes after the
+    # previous kernel has completed. EARLY_ROUTING reads the routing first when it fits the
+    # table (`grouped_matmul_sm90`).
+    var G = Int(G32)
+    var use_table = G <= TABLE_GROUPS
+    var early = EARLY_ROUTING and use_table
+    if not early:
+        wait_on_dependent_grids()
+        comptime if LATE_RELEASE:
+            launch_dependent_grids()
+    var offsets = a_offsets
+    var ids = expert_ids
+    var counts = stats
+    if use_table:
+        # every thread copies at most one entry (from L2: an L1 line could predate the routing's
+        # writes): one load latency for the table
+        var ids_table = table.unsafe_offset(TABLE_GROUPS + 1).unsafe_bitcast[Int32]()
+        var stats_table = table.unsafe_offset(2 * TABLE_GROUPS + 1)
+        if tid <= G:
+            table[unsafe_offset=tid] = ld_cg_u32(UInt64(Int(a_offsets.unsafe_offset(tid))))
+        if tid < G:
+            ids_table[unsafe_offset=tid] = Int32(ld_cg_u32(UInt64(Int(expert_ids.unsafe_offset(tid)))))
+        if tid == NUM_THREADS - 1:
+            stats_table[unsafe_offset=1] = ld_cg_u32(UInt64(Int(stats.unsafe_offset(1))))
+        offsets = table.unsafe_address_space_cast[AddressSpace.GENERIC]().unsafe_origin_cast[MutAnyOrigin]()
+        ids = ids_table.unsafe_address_space_cast[AddressSpace.GENERIC]().unsafe_origin_cast[MutAnyOrigin]()
+        counts = stats_table.unsafe_address_space_cast[AddressSpace.GENERIC]().unsafe_origin_cast[MutAnyOrigin]()
+    barrier()  # the mbarriers' init and the table
 
     var T = Int(T32)
     var K = Int(K32)
     var N = Int(N32)
     var E = Int(E32)
     var num_k = ceildiv(K, BK)
-    var sched = GroupedTileScheduler[BM, BN](
-        a_offsets, expert_ids, stats, T, N, Int(G32), block_idx.x, grid_dim.x
-    )
+    var sched = GroupedTileScheduler[BM, BN](offsets, ids, counts, T, N, G, block_idx.x, grid_dim.x)
     var wg = tid // 128
 
     if wg == 0:
@@ -363,11 +410,32 @@ def grouped_sm90_kernel[
         if tid != 0:
             return
         var it = 0
-        while True:
-            var work = sched.next()
-            if work.done:
-                break
+        var work = sched.next()
+        # EARLY_ROUTING: the first tile's weights fill the ring before the wait (their stages'
+        # "full" barriers expect the token bytes too, loaded after it)
+        var pre = 0
+        if early:
+            if not work.done and valid_expert(work.expert, E):
+                var w_row0 = work.expert * N + work.m
+                var boxes0 = Int32(1)
+                comptime if NARROW:
+                    boxes0 = Int32(width_index[BN, WIDTHS](min(work.row_end - work.row0, BN)) + 1)
+                var kb0 = 0
+                while kb0 < num_k and pre < STAGES:
+                    var blocks = stage_blocks[KSUB](num_k, kb0)
+                    var block_elems = Int32(W_ELEMS) + boxes0 * Int32(XBOX_ELEMS)
+                    full[unsafe_offset=pre].expect_bytes(Int32(blocks) * block_elems * Int32(size_of[dtype]()))
+                    for j in range(blocks):
+                        var w_dst = TileTensor(w_smem.unsafe_offset((pre * KSUB + j) * W_ELEMS), w_layout)
+                        w_tma.async_copy(w_dst, full[unsafe_offset=pre], ((kb0 + j) * BK, w_row0))
+                    kb0 += blocks
+                    pre += 1
+            wait_on_dependent_grids()
+            comptime if LATE_RELEASE:
+                launch_dependent_grids()
+        while not work.done:
             if not valid_expert(work.expert, E):
+                work = sched.next()
                 continue
             var w_row = work.expert * N + work.m
             var x_row = work.row0 + plane_of[s0, s1](work.m) * T
@@ -377,6 +445,16 @@ def grouped_sm90_kernel[
             comptime if NARROW:
                 boxes = Int32(width_index[BN, WIDTHS](min(work.row_end - work.row0, BN)) + 1)
             var kb = 0
+            # the token blocks of the stages whose weights went out before the wait
+            while it < pre:
+                var blocks = stage_blocks[KSUB](num_k, kb)
+                for j in range(blocks):
+                    var slot = it * KSUB + j
+                    for bx in range(Int(boxes)):
+                        var x_dst = TileTensor(x_smem.unsafe_offset(slot * X_ELEMS + bx * XBOX_ELEMS), x_layout)
+                        x_tma.async_copy(x_dst, full[unsafe_offset=it], ((kb + j) * BK, x_row + bx * XBOX))
+                kb += blocks
+                it += 1
             while kb < num_k:
                 var s = it % STAGES
                 var blocks = stage_blocks[KSUB](num_k, kb)
@@ -398,10 +476,15 @@ def grouped_sm90_kernel[
                         x_tma.async_copy(x_dst, full[unsafe_offset=s], ((kb + j) * BK, x_row + bx * XBOX))
                 kb += blocks
                 it += 1
+            work = sched.next()
         return
 
     # ---------------- consumers: wgmma on 64 weight rows each, then the epilogue ----------------
     warpgroup_reg_alloc[CONSUMER_REGS]()
+    if early:
+        wait_on_dependent_grids()  # before the first store to c
+        comptime if LATE_RELEASE:
+            launch_dependent_grids()
     var ctid = tid - 128 * wg  # thread in its warpgroup
     var sub = wg - 1  # which 64 weight rows of the tile
     var warp = ctid // 32
@@ -478,7 +561,7 @@ def grouped_sm90_kernel[
 
 def grouped_matmul_sm90[
     dtype: DType, BN: Int, WIDTHS: Int, s0: Int, s1: Int, swiglu: Bool, has_row_scale: Bool,
-    KSUB: Int = 1, STAGED: Bool = False,
+    KSUB: Int = 1, STAGED: Bool = False, EARLY_ROUTING: Bool = False, LATE_RELEASE: Bool = True,
 ](
     c: ElemPtr[dtype],
     a: ElemPtr[dtype],
@@ -494,12 +577,21 @@ def grouped_matmul_sm90[
     BN / WIDTHS, 2 BN / WIDTHS, ..., BN (device pointers), KSUB blocks of BK columns per ring
     stage.
 
+    Programmatic launch (common/pdl.mojo): LATE_RELEASE lets the next kernel start only once
+    this one's wait has returned, i.e. once everything this kernel reads is complete; so a
+    later kernel may rely on what this one read being complete before it starts.
+    EARLY_ROUTING (entry.mojo's routing_settled: the routing was read by an earlier grouped
+    matmul of the stream, which released late, and b is never written by the stream) reads
+    the routing into the group table and loads the first tile's weights into the ring before
+    the wait; the tokens, the row scales and every store come after it.
+
     Needs K * sizeof(dtype) % 16 == 0 (TMA strides); the entry routes other K to naive.mojo.
     """
     comptime assert BN % (8 * WIDTHS) == 0 and BN <= 256, "BN must be a multiple of 8 WIDTHS up to 256"
     comptime STAGES = sm90_stages[dtype, BN, KSUB, STAGED]()
     comptime SMEM = sm90_smem_bytes[dtype, BN, KSUB, STAGED]()
     comptime assert STAGES >= 2, "shared memory too small for two stages"
+    comptime assert NUM_THREADS > TABLE_GROUPS, "one thread per table entry"
     if shape.T == 0 or shape.G == 0:
         return
     var w_tma = create_tma_tile[BM, BK, swizzle_mode=SW](
@@ -509,7 +601,7 @@ def grouped_matmul_sm90[
         ctx, TileTensor(a, row_major(Coord(shape.a_rows, shape.K)))
     )
     comptime kernel = grouped_sm90_kernel[
-        dtype, BN, WIDTHS, STAGES, KSUB, s0, s1, swiglu, has_row_scale, STAGED,
+        dtype, BN, WIDTHS, STAGES, KSUB, s0, s1, swiglu, has_row_scale, STAGED, EARLY_ROUTING, LATE_RELEASE,
         type_of(w_tma).tile_shape, type_of(w_tma).desc_shape,
         type_of(x_tma).tile_shape, type_of(x_tma).desc_shape,
     ]

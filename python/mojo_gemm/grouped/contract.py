@@ -184,6 +184,7 @@ GROUPED_MATMUL = Contract(
         "swiglu": BOOL,
         "row_scale": optional(TENSOR),
         "out": optional(BUFFER),
+        "routing_settled": BOOL,
     },
 )
 """Rules of `mojo_gemm.grouped_matmul` (and of the `grouped_matmul_sm100_persistent` op)."""

@@ -240,7 +240,9 @@ class MoEBlock(Module):
             expert_ids = ops.where(owned, local_ids, ops.constant(-1, DType.int32, x.device))
         route = (a_offsets, expert_ids, stats)
         act = grouped_matmul(rows, TensorValue(self.gate_up.weight), *route, swiglu=True)
-        y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=r.row_scale)
+        # gate_up read the same routing: down may read it, and stream its first weights, early
+        y = grouped_matmul(act, TensorValue(self.down.weight), *route, row_scale=r.row_scale,
+                           routing_settled=True)
         return moe_combine(y, r.inverse, k)
 
     def moe_state(

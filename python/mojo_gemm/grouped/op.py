@@ -41,6 +41,7 @@ def grouped_matmul(
     swiglu: bool = False,
     row_scale: TensorValue | None = None,
     out: BufferValue | None = None,
+    routing_settled: bool = False,
 ) -> TensorValue | None:
     """MoE grouped GEMM: c[r] = epilogue(a[r] · b[expert_ids[g]]ᵀ) for rows r of group g.
 
@@ -57,6 +58,13 @@ def grouped_matmul(
     interleaved in blocks of 8, see `interleave_gate_up`; output column i = silu(gate_i) · up_i,
     so c has N / 2 columns), then row_scale (float32 [T], e.g. router weights): row r times
     row_scale[r].
+
+    routing_settled: True only when an earlier `grouped_matmul` of the same graph read the same
+    a_offsets, expert_ids and expert_usage_stats (e.g. the down projection after gate_up) and b
+    holds weights no op of the graph writes: the kernel then reads the routing, and starts
+    streaming b, while the kernel ahead of it still runs (on Hopper; ignored elsewhere). Every
+    grouped kernel lets its successor start only after its own inputs are complete, which is
+    what makes that safe.
 
     Returns c (a's dtype, [T, N] or [T, N / 2]) whose rows outside the active groups are
     unspecified; or, when `out` (a buffer of that shape) is given, writes into it and returns
@@ -78,6 +86,7 @@ def grouped_matmul(
             "swiglu": swiglu,
             "row_scale": row_scale,
             "out": out,
+            "routing_settled": routing_settled,
         }
     )
     ensure_kernels_loaded()
@@ -94,6 +103,7 @@ def grouped_matmul(
         "a_plane_split1": int(splits[1]),
         "swiglu": bool(swiglu),
         "has_row_scale": row_scale is not None,
+        "routing_settled": bool(routing_settled),
         **op_target_parameters(OP_NAME, device),
     }
     if out is not None:
