@@ -8,6 +8,11 @@ fetches what no earlier kernel writes (weights, scales) first, then calls
 visible, and only then touches activations, caches or outputs. A captured device graph keeps
 these programmatic edges, so decode replays overlap consecutive kernels too. On targets
 without PDL the attributes are empty and both calls compile to nothing.
+
+A kernel may instead release its dependents only after its own wait (the grouped GEMM does):
+then everything it reads is complete before the next kernel can start, so a later kernel that
+reads the same data may read it before its own wait (the MoE down projection's routing, which
+gate_up read: grouped_gemm/entry.mojo `routing_settled`).
 """
 
 from std.sys import inlined_assembly, is_nvidia_gpu
