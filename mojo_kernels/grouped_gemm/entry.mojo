@@ -69,10 +69,10 @@ def launch_grouped_matmul[
     FORCE_* value of common/target.mojo. routing_settled: the caller vouches that a_offsets,
     expert_ids and expert_usage_stats were already read by an earlier grouped matmul of the same
     stream (e.g. the down projection after gate_up on the same routing) and that b is not written
-    by the stream (model weights): every grouped kernel
-    releases its programmatic dependents only after its own wait, so that routing was complete
-    before this kernel could start, and the SM90 kernel reads it and streams its first weight
-    tiles while the kernel ahead of it still runs. The other paths ignore it.
+    by the stream (model weights). The SM90 kernel, the only one that uses it, releases its
+    programmatic dependents only after its own wait, so that routing was complete before this
+    kernel could start; it then reads the routing and streams its first weight tiles while the
+    kernel ahead of it still runs. The other paths ignore it.
     """
     comptime assert dtype == DType.bfloat16 or dtype == DType.float16, String(
         OP_NAME, ": a, b and c must be bfloat16 or float16, got ", dtype)

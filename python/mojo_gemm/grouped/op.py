@@ -62,8 +62,8 @@ def grouped_matmul(
     routing_settled: True only when an earlier `grouped_matmul` of the same graph read the same
     a_offsets, expert_ids and expert_usage_stats (e.g. the down projection after gate_up) and b
     holds weights no op of the graph writes: the kernel then reads the routing, and starts
-    streaming b, while the kernel ahead of it still runs (on Hopper; ignored elsewhere). Every
-    grouped kernel lets its successor start only after its own inputs are complete, which is
+    streaming b, while the kernel ahead of it still runs (on Hopper; ignored elsewhere). The
+    Hopper kernel lets its successor start only after its own inputs are complete, which is
     what makes that safe.
 
     Returns c (a's dtype, [T, N] or [T, N / 2]) whose rows outside the active groups are
