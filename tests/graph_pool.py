@@ -85,14 +85,17 @@ class _Pool:
 @cache
 def _pool() -> _Pool:
     module, names, weights = Module(), {}, {}
-    for key, build in _BUILDERS.items():
-        graph, registry = build(module)
-        clash = sorted(weights.keys() & registry.keys())
-        if clash:
-            raise ValueError(f"graph_pool: {key!r} reuses weight names {clash[:5]} of an "
-                             "earlier graph; prefix its weights")
-        weights.update(registry)
-        names[key] = graph.name
+    # a builder may import a test module that registers another graph (a lazy import of
+    # shared helpers): build until every registered key has its graph
+    while pending := [key for key in _BUILDERS if key not in names]:
+        for key in pending:
+            graph, registry = _BUILDERS[key](module)
+            clash = sorted(weights.keys() & registry.keys())
+            if clash:
+                raise ValueError(f"graph_pool: {key!r} reuses weight names {clash[:5]} of an "
+                                 "earlier graph; prefix its weights")
+            weights.update(registry)
+            names[key] = graph.name
     session = InferenceSession(devices=[CPU()])
     compiled = session.compile(module, custom_extensions=[kernels_package()])
     models = session.init_all(compiled, weights_registry=weights)
