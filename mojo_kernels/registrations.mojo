@@ -90,8 +90,8 @@ struct GroupedMatmulSm100Persistent[
     Semantics and clamping: grouped_gemm/scheduler.mojo; epilogue: grouped_gemm/epilogue.mojo.
     routing_settled: a_offsets, expert_ids and expert_usage_stats were read by an earlier grouped
     matmul of the stream and b holds weights the stream never writes, so the kernel may read them
-    before the kernel ahead of it completes (grouped_gemm/entry.mojo). force_path: common/target.mojo FORCE_* (0: the GPU's own path;
-    1 Ampere, 2 portable).
+    before the kernel ahead of it completes (grouped_gemm/entry.mojo). force_path:
+    common/target.mojo FORCE_* (0: the GPU's own path; 1 Ampere, 2 portable).
     """
 
     @staticmethod
